@@ -1,0 +1,224 @@
+package shard
+
+import (
+	"errors"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// Kind says what an Op does to its bucket.
+type Kind uint8
+
+const (
+	// Acquire spends Op.Cost tokens if the bucket holds them (TB.ACQUIRE).
+	Acquire Kind = iota
+	// Peek answers what Acquire would, changing nothing (TB.PEEK).
+	Peek
+	// Reset forgets the bucket (TB.RESET); Result.Removed says whether it existed.
+	Reset
+)
+
+// Op is one operation on one bucket. Key is only read until the Batch that
+// carries the Op is answered, so it may point into a connection's read
+// buffer; the shard copies it when it creates a bucket.
+type Op struct {
+	Key   []byte
+	Limit bucket.Limit
+	Cost  float64
+	Kind  Kind
+}
+
+// Result is the answer to one Op.
+type Result struct {
+	Decision bucket.Decision // for Acquire and Peek
+	Removed  bool            // for Reset: the bucket existed and was removed
+}
+
+// Batch carries all of one caller's operations for one shard in one message,
+// and brings the answers back in the same message. Results[i] answers Ops[i].
+// The shard sends the Batch on Done when it has answered it; Done must have
+// room, so that a caller that is slow to receive never blocks a shard.
+type Batch struct {
+	Ops     []Op
+	Results []Result
+	Done    chan *Batch
+}
+
+// Clock returns the current time in microseconds. It must never go
+// backwards; the shards read it once per batch.
+type Clock func() int64
+
+// MonotonicClock returns a Clock that counts microseconds since the call,
+// on the process's monotonic clock, immune to wall-clock steps.
+func MonotonicClock() Clock {
+	start := time.Now()
+	return func() int64 { return int64(time.Since(start) / time.Microsecond) }
+}
+
+// Config sets up a Group. The zero value of each field picks its default.
+type Config struct {
+	// Shards is the number of shards, rounded up to a power of two.
+	// Default: 2 × GOMAXPROCS as given by the caller in DefaultShards.
+	Shards int
+	// QueueDepth bounds each shard's queue of batches. When it is full, a
+	// caller's Submit waits: back-pressure instead of unbounded memory.
+	// Default 1024.
+	QueueDepth int
+	// SweepInterval is how often each shard examines a slice of its buckets
+	// for expiry. Default 10 ms.
+	SweepInterval time.Duration
+	// SweepMin is the least number of buckets examined per sweep tick; each
+	// tick examines max(SweepMin, buckets/256) so that a whole pass takes
+	// about 256 ticks (2.6 s at the default interval) whatever the size.
+	// Default 256.
+	SweepMin int
+	// Clock is the time source; default MonotonicClock().
+	Clock Clock
+}
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("shard: group closed")
+
+// Group is the set of shards. Its methods are safe for concurrent use; the
+// shards' state is only ever touched by their own goroutines.
+type Group struct {
+	shards []*shard
+	mask   uint64
+	seed   maphash.Seed
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Close: shards drain their queues and stop
+	stopped   chan struct{} // closed when every shard goroutine has returned
+	wg        sync.WaitGroup
+}
+
+// New starts the shards' goroutines. Call Close to stop them.
+func New(cfg Config) *Group {
+	if cfg.Shards <= 0 {
+		cfg.Shards = 1
+	}
+	n := 1 << bits.Len(uint(cfg.Shards-1))
+	if cfg.QueueDepth <= 0 {
+		cfg.QueueDepth = 1024
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 10 * time.Millisecond
+	}
+	if cfg.SweepMin <= 0 {
+		cfg.SweepMin = 256
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = MonotonicClock()
+	}
+	g := &Group{
+		shards:  make([]*shard, n),
+		mask:    uint64(n - 1),
+		seed:    maphash.MakeSeed(),
+		closing: make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	for i := range g.shards {
+		s := newShard(cfg)
+		g.shards[i] = s
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			s.run(g.closing, cfg.SweepInterval)
+		}()
+	}
+	go func() {
+		g.wg.Wait()
+		close(g.stopped)
+	}()
+	return g
+}
+
+// DefaultShards returns the default shard count for gomaxprocs processors:
+// twice as many shards as processors, so that one hot shard leaves room for
+// the others, and few enough that a pipeline touches few shards.
+func DefaultShards(gomaxprocs int) int {
+	return max(1, 2*gomaxprocs)
+}
+
+// Len returns the number of shards.
+func (g *Group) Len() int { return len(g.shards) }
+
+// ShardOf returns the index of the shard that owns key.
+func (g *Group) ShardOf(key []byte) int {
+	return int(maphash.Bytes(g.seed, key) & g.mask)
+}
+
+// Submit hands b to shard i. It waits while that shard's queue is full. The
+// shard answers every Op and then sends b on b.Done. Once the shards have
+// stopped, Submit returns ErrClosed; a batch that slipped into a queue during
+// Close may never be answered, which is why callers wait with Wait.
+func (g *Group) Submit(i int, b *Batch) error {
+	select {
+	case g.shards[i].queue <- b:
+		return nil
+	case <-g.stopped:
+		return ErrClosed
+	}
+}
+
+// Wait receives the next answered batch from done, or returns ErrClosed if
+// the shards stopped before answering.
+func (g *Group) Wait(done chan *Batch) (*Batch, error) {
+	select {
+	case b := <-done:
+		return b, nil
+	case <-g.stopped:
+		select {
+		case b := <-done: // answered just before the stop
+			return b, nil
+		default:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Close stops the shards after they have answered every batch already in
+// their queues, and waits for their goroutines to end. Callers should stop
+// submitting first; Submit after Close returns ErrClosed.
+func (g *Group) Close() {
+	g.closeOnce.Do(func() { close(g.closing) })
+	<-g.stopped
+}
+
+// Stats are totals over all shards, read from atomics without stopping them.
+type Stats struct {
+	Buckets    int64 // live buckets (DBSIZE)
+	Allowed    int64 // acquires allowed
+	Denied     int64 // acquires denied
+	Peeks      int64 // peeks answered
+	Resets     int64 // buckets removed by TB.RESET
+	Expired    int64 // full buckets deleted by the sweeper
+	QueueDepth int64 // batches waiting in shard queues right now
+}
+
+// Stats sums the shards' counters.
+func (g *Group) Stats() Stats {
+	var st Stats
+	for _, s := range g.shards {
+		st.Buckets += s.live.Load()
+		st.Allowed += s.allowed.Load()
+		st.Denied += s.denied.Load()
+		st.Peeks += s.peeks.Load()
+		st.Resets += s.resets.Load()
+		st.Expired += s.expired.Load()
+		st.QueueDepth += int64(len(s.queue))
+	}
+	return st
+}
+
+// QueueDepths appends each shard's current queue length to dst.
+func (g *Group) QueueDepths(dst []int) []int {
+	for _, s := range g.shards {
+		dst = append(dst, len(s.queue))
+	}
+	return dst
+}

@@ -1,0 +1,287 @@
+package shard
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// fakeClock is a Clock the test moves by hand; atomic because the shards
+// read it from their own goroutines.
+type fakeClock struct{ micros atomic.Int64 }
+
+func (c *fakeClock) now() int64              { return c.micros.Load() }
+func (c *fakeClock) advance(d time.Duration) { c.micros.Add(int64(d / time.Microsecond)) }
+
+func newTestGroup(t *testing.T, cfg Config) (*Group, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{}
+	clk.micros.Store(1_000_000)
+	if cfg.Clock == nil {
+		cfg.Clock = clk.now
+	}
+	g := New(cfg)
+	t.Cleanup(g.Close)
+	return g, clk
+}
+
+func acquire(key string, capacity, rate, cost float64) Op {
+	return Op{Kind: Acquire, Key: []byte(key), Limit: bucket.Limit{Capacity: capacity, Rate: rate}, Cost: cost}
+}
+
+func runOne(t *testing.T, c *Caller, op Op) Result {
+	t.Helper()
+	c.Add(op)
+	res, err := c.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res[0]
+}
+
+func TestShardCountIsPowerOfTwo(t *testing.T) {
+	for in, want := range map[int]int{0: 1, 1: 1, 3: 4, 4: 4, 5: 8, 16: 16} {
+		g := New(Config{Shards: in})
+		if g.Len() != want {
+			t.Errorf("Shards %d: got %d shards, want %d", in, g.Len(), want)
+		}
+		g.Close()
+	}
+}
+
+func TestCallerKeepsOrderAcrossShards(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 8})
+	c := g.NewCaller()
+	// Key i gets capacity i+1 and spends 1, so its remaining count is i:
+	// the answers identify their op whatever shard served it.
+	for i := range 100 {
+		c.Add(acquire(fmt.Sprintf("key-%d", i), float64(i+1), 1, 1))
+	}
+	res, err := c.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 100 {
+		t.Fatalf("got %d results, want 100", len(res))
+	}
+	for i, r := range res {
+		if !r.Decision.Allowed || r.Decision.Remaining != int64(i) {
+			t.Fatalf("result %d = %+v, want allowed with %d remaining", i, r.Decision, i)
+		}
+	}
+	if st := g.Stats(); st.Buckets != 100 || st.Allowed != 100 || st.Denied != 0 {
+		t.Fatalf("stats %+v, want 100 live buckets and 100 allowed", st)
+	}
+}
+
+func TestSameKeyInOneBatchIsSequential(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 4})
+	c := g.NewCaller()
+	for range 5 {
+		c.Add(acquire("k", 3, 1, 1))
+	}
+	c.Add(Op{Kind: Reset, Key: []byte("k")})
+	c.Add(Op{Kind: Reset, Key: []byte("k")})
+	c.Add(acquire("k", 3, 1, 1))
+	res, err := c.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, r := range res[:5] {
+		got += fmt.Sprint(r.Decision.Allowed, r.Decision.Remaining, " ")
+	}
+	if want := "true 2 true 1 true 0 false 0 false 0 "; got != want {
+		t.Fatalf("decisions %q, want %q", got, want)
+	}
+	if !res[5].Removed || res[6].Removed {
+		t.Fatalf("reset twice: removed %v then %v, want true then false", res[5].Removed, res[6].Removed)
+	}
+	if d := res[7].Decision; !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after reset: %+v, want a full bucket again", d)
+	}
+}
+
+// TestConcurrentAcquiresNeverOverGrant is SPEC semantics 6 at the shard
+// level: 2 × capacity acquires on one key from many goroutines at one
+// instant allow exactly capacity.
+func TestConcurrentAcquiresNeverOverGrant(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 8})
+	const capacity, workers, perWorker = 500, 50, 20 // 1000 = 2 × capacity
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := g.NewCaller()
+			for range perWorker {
+				c.Add(acquire("hot", capacity, 1, 1))
+				res, err := c.Run()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res[0].Decision.Allowed {
+					granted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if granted.Load() != capacity {
+		t.Fatalf("granted %d of %d, want exactly %d (the clock did not move)", granted.Load(), workers*perWorker, capacity)
+	}
+}
+
+func TestPeekAndCostZeroCreateNothing(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 2})
+	c := g.NewCaller()
+	lim := bucket.Limit{Capacity: 5, Rate: 1}
+	d := runOne(t, c, Op{Kind: Peek, Key: []byte("p"), Limit: lim, Cost: 2}).Decision
+	if !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("peek on a new key: %+v", d)
+	}
+	runOne(t, c, acquire("p", 5, 1, 0))
+	runOne(t, c, Op{Kind: Peek, Key: []byte("p"), Limit: bucket.Limit{Capacity: 1, Rate: 1}, Cost: 1})
+	if n := g.Stats().Buckets; n != 0 {
+		t.Fatalf("peek and cost 0 created %d buckets", n)
+	}
+}
+
+func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
+	g, clk := newTestGroup(t, Config{Shards: 4, SweepInterval: time.Millisecond, SweepMin: 8})
+	c := g.NewCaller()
+	for i := range 1000 {
+		c.Add(acquire(fmt.Sprint("k", i), 10, 2, 4)) // 6 left: full again after 2 s
+	}
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.Stats().Buckets; n != 1000 {
+		t.Fatalf("live buckets %d, want 1000", n)
+	}
+	clk.advance(1999 * time.Millisecond)
+	waitFor(t, func() bool { return sweptTwice(g) }, "two sweep passes")
+	if n := g.Stats().Buckets; n != 1000 {
+		t.Fatalf("a bucket not yet full was swept: %d live", n)
+	}
+	clk.advance(time.Millisecond)
+	waitFor(t, func() bool { return g.Stats().Buckets == 0 }, "all buckets to expire")
+	if st := g.Stats(); st.Expired != 1000 {
+		t.Fatalf("expired %d, want 1000", st.Expired)
+	}
+	// A call that leaves a bucket full deletes it at once.
+	runOne(t, c, acquire("x", 10, 1, 1))
+	clk.advance(time.Second)
+	runOne(t, c, acquire("x", 10, 1, 0.0000001)) // refilled to 10, takes a sliver: not full
+	runOne(t, c, Op{Kind: Reset, Key: []byte("x")})
+	if n := g.Stats().Buckets; n != 0 {
+		t.Fatalf("live %d after reset", n)
+	}
+}
+
+// sweptTwice reports whether every shard's sweeper has wrapped around at
+// least twice since the test began, so every entry has been examined.
+func sweptTwice(g *Group) bool {
+	for _, s := range g.shards {
+		if s.passes.Load() < 2 {
+			return false
+		}
+	}
+	return true
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %+v", what, t.Name())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestCloseAnswersQueuedAndRefusesLater(t *testing.T) {
+	g := New(Config{Shards: 2})
+	c := g.NewCaller()
+	c.Add(acquire("a", 1, 1, 1))
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	c.Add(acquire("a", 1, 1, 1))
+	if _, err := c.Run(); err != ErrClosed {
+		t.Fatalf("Run after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCallerSteadyStateAllocatesNothing(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 4})
+	c := g.NewCaller()
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}
+	lim := bucket.Limit{Capacity: 1e12, Rate: 1}
+	run := func() {
+		for _, k := range keys {
+			c.Add(Op{Kind: Acquire, Key: k, Limit: lim, Cost: 1})
+		}
+		if _, err := c.Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run() // create the buckets and grow the slices
+	if allocs := testing.AllocsPerRun(1000, run); allocs != 0 {
+		t.Fatalf("acquire on existing keys allocates %v times per run, want 0", allocs)
+	}
+}
+
+// BenchmarkShardAcquireExistingKey measures the shard path of one
+// TB.ACQUIRE on an existing key: route, one hop to the owner, bucket math,
+// hop back. No parsing, no network.
+func BenchmarkShardAcquireExistingKey(b *testing.B) {
+	g := New(Config{Shards: DefaultShards(2)})
+	defer g.Close()
+	lim := bucket.Limit{Capacity: 1e15, Rate: 1}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		c := g.NewCaller()
+		key := []byte(fmt.Sprintf("bench-%p", c))
+		for pb.Next() {
+			c.Add(Op{Kind: Acquire, Key: key, Limit: lim, Cost: 1})
+			if _, err := c.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkShardPipeline16 measures 16 pipelined acquires on random existing
+// keys from one caller: one batch per shard touched.
+func BenchmarkShardPipeline16(b *testing.B) {
+	g := New(Config{Shards: DefaultShards(2)})
+	defer g.Close()
+	lim := bucket.Limit{Capacity: 1e15, Rate: 1}
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint("key:", i))
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		c := g.NewCaller()
+		n := 0
+		for pb.Next() {
+			for range 16 {
+				c.Add(Op{Kind: Acquire, Key: keys[n&1023], Limit: lim, Cost: 1})
+				n += 7
+			}
+			if _, err := c.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

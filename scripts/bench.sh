@@ -1,0 +1,398 @@
+#!/usr/bin/env bash
+# bench.sh: benchmark bucketd against Redis running the classic Lua token bucket.
+#
+# It builds bucketd (./cmd/bucketd), starts it and a throwaway redis-server (loopback
+# only, random free ports, no persistence), loads the classic token-bucket Lua script
+# (HASH tokens/ts, TIME, PEXPIRE) into Redis, and runs redis-benchmark against both with
+# the same parameters:
+#
+#   PING                                          on both          -P 1 and -P 16
+#   EVALSHA <sha> 1 key:__rand_int__ 100 10 1     on Redis         -P 1 and -P 16
+#   TB.ACQUIRE key:__rand_int__ 100 10 1          on bucketd       -P 1 and -P 16
+#   all with -c 50 -r 100000 (100,000 random keys), redis-benchmark default --threads 1
+#
+# It prints (stdout) a Markdown table of requests/s and p50/p99 latency (medians over
+# REPS repetitions) and the ratios bucketd/Redis, plus TB.ACQUIRE/PING for each server.
+# Progress goes to stderr, so `scripts/bench.sh > bench.md` keeps only the report.
+#
+# Method (see BENCHMARKING.md next to the reference script; 2-core shared machine):
+#   - Within each repetition the contenders alternate: for every test Redis runs, then
+#     bucketd (R B R B ...). Figures are medians over REPS runs; the ratio column is
+#     median(bucketd rps) / median(Redis rps). Quote ratios, not absolute figures.
+#   - A short warm-up (-P 16, both servers) runs before the measured repetitions so
+#     that both keyspaces are populated and the first measured run is not a cold start.
+#   - redis-benchmark runs with the default --threads 1. In that mode it times the run
+#     with millisecond resolution, so the 3,000,000-request minimum that --threads needs
+#     (it measures in 250 ms steps) does not apply; -P 16 still uses 3,000,000 so that
+#     even the fastest runs (PING, ~1.4M req/s) last >= 2 s and a stall of the shared
+#     machine (one 355 ms stall was seen) moves a figure by well under 20%. Defaults:
+#     N_P1=400000 (about 4-8 s per run at 50-100k req/s) and N_P16=3000000 (about
+#     16-23 s per EVALSHA run at 130-190k req/s, 2-10 s per PING/TB.ACQUIRE run). The
+#     whole script with REPS=3 takes about 2.5 min in the machine's fast mode and about
+#     4-5 min in its slow mode (more if bucketd is slow at -P 16).
+#   - At -P 1 the single-threaded client saturates one core near 50k req/s, so -P 1
+#     compares servers only roughly; -P 16 shows the servers' own speed.
+#   - With 2 cores, GOMAXPROCS matters for bucketd (the client holds the other core).
+#     BUCKETD_GOMAXPROCS sets it for bucketd only; the report states which was used.
+#
+# Environment:
+#   REPS                 repetitions, median reported               (default 3)
+#   N_P1                 requests per run at pipeline 1             (default 400000)
+#   N_P16                requests per run at pipeline 16            (default 3000000)
+#   WARMUP_N             requests per server for the warm-up, -P 16 (default 200000; 0 = off)
+#   CLIENTS              redis-benchmark -c                          (default 50)
+#   KEYSPACE             redis-benchmark -r                          (default 100000)
+#   BUCKETD_BIN          use this bucketd binary instead of building ./cmd/bucketd
+#   BUCKETD_GOMAXPROCS   GOMAXPROCS for bucketd only (default empty: unset, Go default)
+#   BUCKETD_FLAGS        extra flags for bucketd, split on whitespace (default empty)
+#   LUA_SCRIPT           token-bucket Lua script (default ../shared/reference/
+#                        classic-token-bucket.lua if present, else
+#                        scripts/classic-token-bucket.lua, a byte-identical copy)
+#
+# Example:  REPS=1 N_P1=20000 N_P16=200000 scripts/bench.sh
+set -euo pipefail
+
+script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+repo_root=$(cd -- "$script_dir/.." && pwd -P)
+cd -- "$repo_root"
+
+REPS=${REPS:-3}
+N_P1=${N_P1:-400000}
+N_P16=${N_P16:-3000000}
+WARMUP_N=${WARMUP_N:-200000}
+CLIENTS=${CLIENTS:-50}
+KEYSPACE=${KEYSPACE:-100000}
+BUCKETD_BIN=${BUCKETD_BIN:-}
+BUCKETD_GOMAXPROCS=${BUCKETD_GOMAXPROCS:-}
+BUCKETD_FLAGS=${BUCKETD_FLAGS:-}
+
+# Bucket parameters used by both contenders: capacity 100, rate 10/s, cost 1.
+CAPACITY=100
+RATE=10
+COST=1
+KEY_PATTERN='key:__rand_int__'
+SANITY_KEY='k'
+HOST=127.0.0.1
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+die() { printf 'bench: FAIL: %s\n' "$*" >&2; exit 1; }
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+for v in REPS N_P1 N_P16 WARMUP_N CLIENTS KEYSPACE; do
+  is_uint "${!v}" || die "$v must be a non-negative integer, got '${!v}'"
+done
+((REPS >= 1)) || die "REPS must be >= 1"
+((N_P1 >= 1 && N_P16 >= 1 && CLIENTS >= 1 && KEYSPACE >= 1)) ||
+  die "N_P1, N_P16, CLIENTS and KEYSPACE must be >= 1"
+if [[ -n $BUCKETD_GOMAXPROCS ]]; then
+  if ! is_uint "$BUCKETD_GOMAXPROCS" || ((BUCKETD_GOMAXPROCS < 1)); then
+    die "BUCKETD_GOMAXPROCS must be a positive integer, got '$BUCKETD_GOMAXPROCS'"
+  fi
+fi
+read -r -a bucketd_extra_flags <<<"$BUCKETD_FLAGS"
+
+for tool in redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool not found in PATH"
+done
+if [[ -z $BUCKETD_BIN ]]; then
+  command -v go >/dev/null 2>&1 || die "go not found in PATH (or set BUCKETD_BIN)"
+fi
+
+# --- Lua script ---------------------------------------------------------------------
+if [[ -z ${LUA_SCRIPT:-} ]]; then
+  if [[ -f $repo_root/../shared/reference/classic-token-bucket.lua ]]; then
+    LUA_SCRIPT=$repo_root/../shared/reference/classic-token-bucket.lua
+  else
+    LUA_SCRIPT=$script_dir/classic-token-bucket.lua
+  fi
+fi
+[[ -f $LUA_SCRIPT ]] || die "Lua script not found: $LUA_SCRIPT"
+LUA_SCRIPT=$(cd -- "$(dirname -- "$LUA_SCRIPT")" && pwd -P)/$(basename -- "$LUA_SCRIPT")
+if [[ -f $script_dir/classic-token-bucket.lua && $LUA_SCRIPT != "$script_dir/classic-token-bucket.lua" ]] &&
+  ! cmp -s -- "$LUA_SCRIPT" "$script_dir/classic-token-bucket.lua"; then
+  log "WARNING: $LUA_SCRIPT differs from scripts/classic-token-bucket.lua; using the former"
+fi
+
+# --- temp dir, processes, cleanup ---------------------------------------------------
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench.XXXXXX")
+redis_pid=
+bucketd_pid=
+
+cleanup() {
+  local rc=$? pid
+  for pid in "$bucketd_pid" "$redis_pid"; do
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+    fi
+  done
+  for pid in "$bucketd_pid" "$redis_pid"; do
+    if [[ -n $pid ]]; then
+      # Bounded wait (about 5 s), then SIGKILL that one PID.
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf -- "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Two distinct free TCP ports on 127.0.0.1.
+free_ports() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - <<'EOF'
+import socket
+socks = []
+for _ in range(2):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+  else
+    local p found=()
+    for _ in $(seq 200); do
+      p=$((20000 + RANDOM % 30000))
+      [[ ${#found[@]} -gt 0 && ${found[0]} == "$p" ]] && continue
+      if [[ -z $(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null) ]]; then
+        found+=("$p")
+        ((${#found[@]} == 2)) && break
+      fi
+    done
+    ((${#found[@]} == 2)) || return 1
+    echo "${found[0]} ${found[1]}"
+  fi
+}
+
+# wait_ready NAME PORT PID LOGFILE: PING until +PONG, bounded (about 10 s).
+wait_ready() {
+  local name=$1 port=$2 pid=$3 logf=$4 out
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || { cat -- "$logf" >&2 || true; die "$name exited during startup"; }
+    out=$(redis-cli -h "$HOST" -p "$port" PING 2>/dev/null || true)
+    [[ $out == PONG ]] && return 0
+    sleep 0.1
+  done
+  cat -- "$logf" >&2 || true
+  die "$name did not answer PING on $HOST:$port"
+}
+
+# --- build bucketd ------------------------------------------------------------------
+git_rev=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo "no-git")
+if [[ $git_rev != no-git && -n $(git -C "$repo_root" status --porcelain 2>/dev/null) ]]; then
+  git_rev="$git_rev+dirty"
+fi
+if [[ -z $BUCKETD_BIN ]]; then
+  log "building ./cmd/bucketd"
+  go build -o "$tmp/bucketd" ./cmd/bucketd || die "go build ./cmd/bucketd failed"
+  BUCKETD_BIN=$tmp/bucketd
+  bucketd_desc="built from ./cmd/bucketd at $git_rev"
+else
+  [[ -x $BUCKETD_BIN ]] || die "BUCKETD_BIN is not an executable: $BUCKETD_BIN"
+  bucketd_desc="BUCKETD_BIN=$BUCKETD_BIN"
+fi
+
+# --- start servers ------------------------------------------------------------------
+read -r redis_port bucketd_port < <(free_ports) || die "could not find free ports"
+[[ -n ${redis_port:-} && -n ${bucketd_port:-} ]] || die "could not find free ports"
+
+mkdir -p -- "$tmp/redis"
+log "starting redis-server on $HOST:$redis_port"
+redis-server --bind "$HOST" --port "$redis_port" --save '' --appendonly no \
+  --daemonize no --dir "$tmp/redis" >"$tmp/redis.log" 2>&1 &
+redis_pid=$!
+
+log "starting bucketd on $HOST:$bucketd_port (GOMAXPROCS=${BUCKETD_GOMAXPROCS:-unset})"
+if [[ -n $BUCKETD_GOMAXPROCS ]]; then
+  env GOMAXPROCS="$BUCKETD_GOMAXPROCS" "$BUCKETD_BIN" --addr "$HOST:$bucketd_port" \
+    ${bucketd_extra_flags[@]+"${bucketd_extra_flags[@]}"} >"$tmp/bucketd.log" 2>&1 &
+else
+  env -u GOMAXPROCS "$BUCKETD_BIN" --addr "$HOST:$bucketd_port" \
+    ${bucketd_extra_flags[@]+"${bucketd_extra_flags[@]}"} >"$tmp/bucketd.log" 2>&1 &
+fi
+bucketd_pid=$!
+
+wait_ready redis-server "$redis_port" "$redis_pid" "$tmp/redis.log"
+wait_ready bucketd "$bucketd_port" "$bucketd_pid" "$tmp/bucketd.log"
+
+# --- load script, sanity checks -----------------------------------------------------
+sha=$(redis-cli -h "$HOST" -p "$redis_port" SCRIPT LOAD "$(cat -- "$LUA_SCRIPT")") ||
+  die "SCRIPT LOAD failed"
+[[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD returned '$sha'"
+
+out=$(redis-cli -h "$HOST" -p "$redis_port" EVALSHA "$sha" 1 "$SANITY_KEY" "$CAPACITY" "$RATE" "$COST" 2>&1) || true
+[[ $out == 1 ]] || die "Redis: EVALSHA $sha 1 $SANITY_KEY $CAPACITY $RATE $COST returned '$out', want 1"
+out=$(redis-cli -h "$HOST" -p "$bucketd_port" TB.ACQUIRE "$SANITY_KEY" "$CAPACITY" "$RATE" "$COST" 2>&1) || true
+[[ $out == 1 ]] || die "bucketd: TB.ACQUIRE $SANITY_KEY $CAPACITY $RATE $COST returned '$out', want 1"
+# Drop the sanity key so that the DBSIZE check after the run counts benchmark keys only.
+redis-cli -h "$HOST" -p "$redis_port" DEL "$SANITY_KEY" >/dev/null
+log "sanity checks passed (EVALSHA -> 1 on Redis, TB.ACQUIRE -> 1 on bucketd)"
+
+redis_acq=(EVALSHA "$sha" 1 "$KEY_PATTERN" "$CAPACITY" "$RATE" "$COST")
+bucketd_acq=(TB.ACQUIRE "$KEY_PATTERN" "$CAPACITY" "$RATE" "$COST")
+
+# run_bench PORT N PIPELINE OUTFILE CMD...: one redis-benchmark run, CSV to OUTFILE.
+# redis-benchmark 7.0 exits non-zero on the first error reply, so a server answering
+# errors cannot pass as fast.
+run_bench() {
+  local port=$1 n=$2 pipe=$3 outf=$4
+  shift 4
+  if ! redis-benchmark -h "$HOST" -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
+    -P "$pipe" --csv "$@" >"$outf" 2>"$outf.err"; then
+    cat -- "$outf" "$outf.err" >&2 || true
+    die "redis-benchmark failed on port $port: $*"
+  fi
+}
+
+# parse_csv FILE: prints "rps p50 p99" from redis-benchmark --csv output. The data line
+# is the last line; its last 7 fields are rps,avg,min,p50,p95,p99,max.
+parse_csv() {
+  awk -F',' '
+    NR == 1 { if ($2 != "\"rps\"" || $5 != "\"p50_latency_ms\"" || $7 != "\"p99_latency_ms\"") bad = 1; next }
+    NF >= 8 { gsub(/"/, ""); rps = $(NF-6); p50 = $(NF-3); p99 = $(NF-1); n++ }
+    END {
+      if (bad || n != 1 || rps !~ /^[0-9.]+$/ || p50 !~ /^[0-9.]+$/ || p99 !~ /^[0-9.]+$/) exit 1
+      print rps, p50, p99
+    }' "$1"
+}
+
+# --- warm-up ------------------------------------------------------------------------
+if ((WARMUP_N > 0)); then
+  log "warm-up: $WARMUP_N requests -P 16 on each server"
+  run_bench "$redis_port" "$WARMUP_N" 16 "$tmp/warm-redis.csv" "${redis_acq[@]}"
+  run_bench "$bucketd_port" "$WARMUP_N" 16 "$tmp/warm-bucketd.csv" "${bucketd_acq[@]}"
+fi
+
+# --- measurement --------------------------------------------------------------------
+# Tests: id|label|pipeline|kind (kind: ping or acq).
+tests=(
+  "ping1|PING -P 1|1|ping"
+  "ping16|PING -P 16|16|ping"
+  "acq1|TB.ACQUIRE vs EVALSHA -P 1|1|acq"
+  "acq16|TB.ACQUIRE vs EVALSHA -P 16|16|acq"
+)
+results=$tmp/results.txt # lines: test contender rep rps p50 p99
+: >"$results"
+
+start_s=$SECONDS
+for ((rep = 1; rep <= REPS; rep++)); do
+  for t in "${tests[@]}"; do
+    IFS='|' read -r id label pipe kind <<<"$t"
+    if ((pipe == 1)); then n=$N_P1; else n=$N_P16; fi
+    for contender in redis bucketd; do
+      if [[ $contender == redis ]]; then
+        port=$redis_port
+        if [[ $kind == ping ]]; then cmd=(PING); else cmd=("${redis_acq[@]}"); fi
+      else
+        port=$bucketd_port
+        if [[ $kind == ping ]]; then cmd=(PING); else cmd=("${bucketd_acq[@]}"); fi
+      fi
+      f=$tmp/$id-$contender-$rep.csv
+      run_bench "$port" "$n" "$pipe" "$f" "${cmd[@]}"
+      parsed=$(parse_csv "$f") || { cat -- "$f" >&2; die "cannot parse redis-benchmark output ($f)"; }
+      echo "$id $contender $rep $parsed" >>"$results"
+      read -r rps p50 p99 <<<"$parsed"
+      log "rep $rep/$REPS  $label  $contender: $rps req/s  p50 $p50 ms  p99 $p99 ms"
+    done
+  done
+done
+elapsed=$((SECONDS - start_s))
+
+dbsize=$(redis-cli -h "$HOST" -p "$redis_port" DBSIZE)
+if ! [[ $dbsize =~ ^[0-9]+$ ]] || ((dbsize == 0)); then
+  die "Redis DBSIZE after the run is '$dbsize'; the Lua script did not create keys"
+fi
+kill -0 "$bucketd_pid" 2>/dev/null || die "bucketd exited during the run"
+kill -0 "$redis_pid" 2>/dev/null || die "redis-server exited during the run"
+
+# median TEST CONTENDER FIELD (4=rps 5=p50 6=p99)
+median() {
+  awk -v t="$1" -v c="$2" -v f="$3" '$1 == t && $2 == c { print $f }' "$results" |
+    sort -g | awk '{ v[NR] = $1 } END {
+      if (NR == 0) exit 1
+      if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "%.3f\n", m }'
+}
+fmt_rps() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+fmt_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
+fmt_ms() { awk -v x="$1" 'BEGIN { printf "%.3f", x }'; }
+
+declare -A med
+for t in "${tests[@]}"; do
+  IFS='|' read -r id _ _ _ <<<"$t"
+  for contender in redis bucketd; do
+    med[$id.$contender.rps]=$(median "$id" "$contender" 4)
+    med[$id.$contender.p50]=$(median "$id" "$contender" 5)
+    med[$id.$contender.p99]=$(median "$id" "$contender" 6)
+  done
+done
+
+# --- report -------------------------------------------------------------------------
+cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
+go_ver=$(go version 2>/dev/null || echo "go: not found")
+if [[ -n $BUCKETD_GOMAXPROCS ]]; then
+  gmp="GOMAXPROCS=$BUCKETD_GOMAXPROCS (BUCKETD_GOMAXPROCS)"
+else
+  gmp="GOMAXPROCS unset (Go default, = usable CPUs: nproc $(nproc))"
+fi
+if ((WARMUP_N > 0)); then warmup_desc="$WARMUP_N requests at -P 16 per server"; else warmup_desc="none"; fi
+bench_base="redis-benchmark -h $HOST -p PORT -c $CLIENTS -n N -r $KEYSPACE -P {1,16} --csv"
+
+cat <<EOF
+## bucketd vs Redis + Lua token bucket
+
+- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); wall time of measurements: ${elapsed} s
+- Machine: nproc $(nproc), $(uname -sm)${cpu_model:+, $cpu_model}
+- $(redis-server --version)
+- $(redis-benchmark --version)
+- $go_ver
+- bucketd: $bucketd_desc; $gmp; flags: --addr $HOST:PORT${BUCKETD_FLAGS:+ $BUCKETD_FLAGS}
+- Lua script: $LUA_SCRIPT (sha1 $sha)
+- Redis: \`redis-server --bind $HOST --port PORT --save '' --appendonly no --daemonize no\`
+- Commands (same parameters for both; N = $N_P1 at -P 1, $N_P16 at -P 16; --threads 1):
+  - \`$bench_base PING\` (both)
+  - \`$bench_base ${redis_acq[*]}\` (Redis)
+  - \`$bench_base ${bucketd_acq[*]}\` (bucketd)
+- Warm-up: $warmup_desc. Repetitions: $REPS, contenders alternated
+  (Redis, bucketd) within each; figures are medians; ratio = median bucketd rps / median Redis rps.
+
+| Test | Redis req/s | Redis p50 / p99 ms | bucketd req/s | bucketd p50 / p99 ms | bucketd/Redis |
+|---|---:|---:|---:|---:|---:|
+EOF
+for t in "${tests[@]}"; do
+  IFS='|' read -r id label _ _ <<<"$t"
+  r_rps=${med[$id.redis.rps]} b_rps=${med[$id.bucketd.rps]}
+  printf '| %s | %s | %s / %s | %s | %s / %s | %s |\n' "$label" \
+    "$(fmt_rps "$r_rps")" "$(fmt_ms "${med[$id.redis.p50]}")" "$(fmt_ms "${med[$id.redis.p99]}")" \
+    "$(fmt_rps "$b_rps")" "$(fmt_ms "${med[$id.bucketd.p50]}")" "$(fmt_ms "${med[$id.bucketd.p99]}")" \
+    "$(fmt_ratio "$b_rps" "$r_rps")"
+done
+
+cat <<EOF
+
+Cost of the rate-limit command relative to PING on the same server (median req/s ratio):
+
+| Pipeline | bucketd TB.ACQUIRE/PING | Redis EVALSHA/PING |
+|---|---:|---:|
+| -P 1 | $(fmt_ratio "${med[acq1.bucketd.rps]}" "${med[ping1.bucketd.rps]}") | $(fmt_ratio "${med[acq1.redis.rps]}" "${med[ping1.redis.rps]}") |
+| -P 16 | $(fmt_ratio "${med[acq16.bucketd.rps]}" "${med[ping16.bucketd.rps]}") | $(fmt_ratio "${med[acq16.redis.rps]}" "${med[ping16.redis.rps]}") |
+
+Raw req/s per repetition (Redis / bucketd):
+
+EOF
+for t in "${tests[@]}"; do
+  IFS='|' read -r id label _ _ <<<"$t"
+  line=""
+  for ((rep = 1; rep <= REPS; rep++)); do
+    r=$(awk -v t="$id" -v r="$rep" '$1 == t && $2 == "redis" && $3 == r { printf "%.0f", $4 }' "$results")
+    b=$(awk -v t="$id" -v r="$rep" '$1 == t && $2 == "bucketd" && $3 == r { printf "%.0f", $4 }' "$results")
+    line+="${line:+; }$r / $b"
+  done
+  printf -- '- %s: %s\n' "$label" "$line"
+done
+printf '\nRedis DBSIZE after the run: %s (keys written by the Lua script)\n' "$dbsize"
