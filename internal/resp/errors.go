@@ -1,0 +1,56 @@
+package resp
+
+// Error replies, built once. Every message names the problem; the ones with
+// a fixed text are constants so that a bad request costs no allocation.
+const (
+	errInvalidCapacity  = "ERR invalid capacity: must be a finite number > 0"
+	errCapacityTooLarge = "ERR invalid capacity: must be at most 1e15"
+	errInvalidRate      = "ERR invalid rate: must be a finite number > 0"
+	errRateTooLarge     = "ERR invalid rate: must be at most 1e15"
+	errInvalidCost      = "ERR invalid cost: must be a finite number >= 0"
+	errCostTooLarge     = "ERR invalid cost: must be at most 1e15"
+	errKeyTooLong       = "ERR key too long"
+	errSyntax           = "ERR syntax error"
+	errNotInteger       = "ERR value is not an integer or out of range"
+	errDBIndex          = "ERR DB index is out of range"
+	errNoProto          = "NOPROTO unsupported protocol version"
+	errProtoVersion     = "ERR Protocol version is not an integer or out of range"
+	errShuttingDown     = "ERR server is shutting down, retry on another instance"
+	errNoPasswordSet    = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	errClientName       = "ERR Client names cannot contain spaces, newlines or special characters."
+)
+
+// Wrong-arity replies, one per command, as Redis words them.
+var errArity = map[string]string{}
+
+func arityError(name string) string {
+	if e, ok := errArity[name]; ok {
+		return e
+	}
+	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+func init() {
+	for _, name := range []string{
+		"tb.acquire", "tb.peek", "tb.reset", "ping", "echo", "select", "hello",
+		"client", "command", "info", "dbsize", "config", "auth", "quit",
+		"client|setname", "client|getname", "client|id", "client|setinfo",
+		"command|count", "command|info", "config|get",
+	} {
+		errArity[name] = "ERR wrong number of arguments for '" + name + "' command"
+	}
+}
+
+// appendErrorLine appends "-msg\r\n", with any CR or LF in msg turned into
+// spaces so that a client's bytes echoed in an error cannot break framing.
+func appendErrorLine(dst []byte, msg string) []byte {
+	dst = append(dst, '-')
+	for i := range len(msg) {
+		c := msg[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, '\r', '\n')
+}

@@ -1,0 +1,337 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Limits protect the server from what one client can make it hold.
+type Limits struct {
+	// MaxQueryBytes bounds the bytes of one not yet complete command a
+	// connection may buffer (Redis's client-query-buffer-limit). A longer
+	// command, or a bulk string announced longer than this, is a protocol
+	// error and the connection is closed.
+	MaxQueryBytes int
+	// MaxArgs bounds the arguments of one command (Redis allows 1024*1024).
+	MaxArgs int
+	// MaxInlineBytes bounds one inline (telnet-style) command line; Redis
+	// uses 64 KiB.
+	MaxInlineBytes int
+}
+
+// errGuardClosed ends a connection the guard has already answered with a
+// protocol error, or that is being drained at shutdown.
+var errGuardClosed = errors.New("resp: connection closed by the server")
+
+// scanState is where the guard's framing scanner stands within a command.
+type scanState uint8
+
+const (
+	scanStart    scanState = iota // at the first byte of a command
+	scanInline                    // inside an inline command line
+	scanCount                     // inside "*<count>\r\n"
+	scanBulkHead                  // expecting '$'
+	scanBulkLen                   // inside "$<len>\r\n"
+	scanBulkData                  // inside a bulk payload and its CRLF
+)
+
+// maxHeaderLine bounds a "*<count>" or "$<len>" line; a longer one is garbage.
+const maxHeaderLine = 32
+
+// guardConn sits between the socket and redcon's reader. It frames the RESP
+// stream itself and hands redcon only complete commands, so that:
+//   - one command can never make the connection buffer more than
+//     MaxQueryBytes (redcon's reader would grow without limit);
+//   - `*2147483647\r\n` and other absurd counts or lengths are refused before
+//     redcon loops over them;
+//   - redcon never re-parses a half-received command on every read, which a
+//     client trickling a huge command a byte at a time could exploit;
+//   - protocol errors are answered "-ERR Protocol error: ..." and the
+//     connection closed, as Redis does, after the complete commands that came
+//     before the garbage have been answered.
+//
+// It also makes shutdown graceful: Close during a drain only stops reading,
+// so the command being executed is still answered.
+//
+// Read is called only by the connection's own goroutine; Close may come from
+// the server's goroutine, hence the atomics.
+type guardConn struct {
+	net.Conn
+	lim *Limits
+
+	buf   []byte
+	rpos  int // next byte to hand to redcon
+	ready int // end of the complete commands in buf
+	scan  int // next byte the scanner has not looked at
+	end   int // end of the bytes read from the socket
+
+	state     scanState
+	lineStart int   // start of the header line being scanned
+	args      int   // bulk arguments still expected in this command
+	bulkLeft  int64 // payload bytes plus CRLF still expected
+
+	protoErr string // reply to send once the ready bytes are delivered
+	readErr  error  // socket error to return once the ready bytes are delivered
+
+	draining atomic.Bool // shutdown: stop reading, let in-flight work finish
+}
+
+const guardInitialBuf = 4096
+
+func newGuardConn(c net.Conn, lim *Limits) *guardConn {
+	return &guardConn{Conn: c, lim: lim, buf: make([]byte, guardInitialBuf)}
+}
+
+// Read hands out complete commands only, reading from the socket as needed.
+func (g *guardConn) Read(p []byte) (int, error) {
+	for {
+		if g.rpos < g.ready {
+			n := copy(p, g.buf[g.rpos:g.ready])
+			g.rpos += n
+			g.compactIfDrained()
+			return n, nil
+		}
+		if g.protoErr != "" {
+			// The reply is best effort: the connection closes either way.
+			g.Conn.Write(appendErrorLine(nil, g.protoErr)) //nolint:errcheck
+			return 0, errGuardClosed
+		}
+		if g.readErr != nil || g.draining.Load() {
+			if g.readErr == nil || g.draining.Load() {
+				return 0, io.EOF
+			}
+			return 0, g.readErr
+		}
+		g.fill()
+	}
+}
+
+// compactIfDrained rewinds the buffer once everything read has been handed
+// out, and gives a large buffer back after a big command.
+func (g *guardConn) compactIfDrained() {
+	if g.rpos != g.end {
+		return
+	}
+	g.rpos, g.ready, g.scan, g.lineStart = 0, 0, 0, 0
+	g.end = 0
+	if len(g.buf) > 64*1024 {
+		g.buf = make([]byte, guardInitialBuf)
+	}
+}
+
+// fill reads once from the socket and scans what arrived.
+func (g *guardConn) fill() {
+	if g.end == len(g.buf) {
+		g.makeRoom()
+	}
+	n, err := g.Conn.Read(g.buf[g.end:])
+	if err != nil {
+		if g.draining.Load() {
+			err = io.EOF
+		}
+		g.readErr = err
+	}
+	g.end += n
+	g.scanFrames()
+	if g.protoErr == "" && g.end-g.ready > g.lim.MaxQueryBytes {
+		g.fail("query buffer exceeded " + strconv.Itoa(g.lim.MaxQueryBytes) + " bytes (see --max-query-bytes)")
+	}
+}
+
+// makeRoom moves unread bytes to the front, or grows the buffer, so that a
+// read has somewhere to go. Growth stops near MaxQueryBytes: the limit check
+// fires before the buffer could be filled again.
+func (g *guardConn) makeRoom() {
+	if g.rpos > 0 {
+		n := copy(g.buf, g.buf[g.rpos:g.end])
+		shift := g.rpos
+		g.rpos, g.ready, g.scan, g.lineStart, g.end = 0, g.ready-shift, g.scan-shift, g.lineStart-shift, n
+		if g.end < len(g.buf) {
+			return
+		}
+	}
+	size := min(2*len(g.buf), g.lim.MaxQueryBytes+guardInitialBuf)
+	if size <= len(g.buf) {
+		size = len(g.buf) + guardInitialBuf
+	}
+	nb := make([]byte, size)
+	copy(nb, g.buf[:g.end])
+	g.buf = nb
+}
+
+func (g *guardConn) fail(msg string) {
+	if g.protoErr == "" {
+		g.protoErr = "ERR Protocol error: " + msg
+	}
+}
+
+// scanFrames advances the framing state machine over buf[scan:end], moving
+// ready past every command it completes.
+func (g *guardConn) scanFrames() {
+	for g.scan < g.end && g.protoErr == "" {
+		switch g.state {
+		case scanStart:
+			g.lineStart = g.scan
+			if g.buf[g.scan] == '*' {
+				g.state = scanCount
+				g.scan++
+			} else {
+				g.state = scanInline
+			}
+		case scanInline:
+			i := bytes.IndexByte(g.buf[g.scan:g.end], '\n')
+			if i < 0 {
+				g.scan = g.end
+				if g.end-g.lineStart > g.lim.MaxInlineBytes {
+					g.fail("too big inline request")
+				}
+				return
+			}
+			g.scan += i + 1
+			g.complete()
+		case scanCount, scanBulkLen:
+			line, ok := g.headerLine()
+			if !ok {
+				return
+			}
+			n, valid := parseHeaderInt(line)
+			if g.state == scanCount {
+				if !valid || n > int64(g.lim.MaxArgs) {
+					g.fail("invalid multibulk length")
+					return
+				}
+				if n <= 0 { // "*0" and "*-1" are empty commands: Redis ignores them
+					g.dropEmptyCommand()
+					continue
+				}
+				g.args, g.state = int(n), scanBulkHead
+				continue
+			}
+			if !valid || n < 0 || n > int64(g.lim.MaxQueryBytes) {
+				g.fail("invalid bulk length")
+				return
+			}
+			g.bulkLeft, g.state = n+2, scanBulkData
+		case scanBulkHead:
+			if c := g.buf[g.scan]; c != '$' {
+				g.fail("expected '$', got '" + printable(c) + "'")
+				return
+			}
+			g.lineStart = g.scan
+			g.scan++
+			g.state = scanBulkLen
+		case scanBulkData:
+			take := min(g.bulkLeft, int64(g.end-g.scan))
+			g.scan += int(take)
+			g.bulkLeft -= take
+			if g.bulkLeft > 0 {
+				return
+			}
+			if g.buf[g.scan-2] != '\r' || g.buf[g.scan-1] != '\n' {
+				g.fail("invalid bulk format: payload not followed by CRLF")
+				return
+			}
+			g.args--
+			if g.args == 0 {
+				g.complete()
+			} else {
+				g.state = scanBulkHead
+			}
+		}
+	}
+}
+
+// headerLine returns the digits of a "*<n>\r\n" or "$<n>\r\n" line (without
+// the type byte and CRLF) once the whole line has arrived.
+func (g *guardConn) headerLine() ([]byte, bool) {
+	i := bytes.IndexByte(g.buf[g.scan:g.end], '\n')
+	if i < 0 {
+		g.scan = g.end
+		if g.end-g.lineStart > maxHeaderLine {
+			if g.state == scanCount {
+				g.fail("too big mbulk count string")
+			} else {
+				g.fail("too big bulk count string")
+			}
+		}
+		return nil, false
+	}
+	nl := g.scan + i
+	g.scan = nl + 1
+	if nl-g.lineStart < 2 || g.buf[nl-1] != '\r' {
+		return nil, true // parseHeaderInt(nil) reports it invalid
+	}
+	return g.buf[g.lineStart+1 : nl-1], true
+}
+
+func (g *guardConn) complete() {
+	g.ready = g.scan
+	g.state = scanStart
+}
+
+// dropEmptyCommand removes the frame [ready, scan) from the buffer.
+func (g *guardConn) dropEmptyCommand() {
+	n := copy(g.buf[g.ready:], g.buf[g.scan:g.end])
+	g.end = g.ready + n
+	g.scan = g.ready
+	g.state = scanStart
+}
+
+// parseHeaderInt parses the decimal integer of a RESP header line. Only an
+// optional '-' and at most 18 digits are accepted, so it cannot overflow.
+func parseHeaderInt(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg, b = true, b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+func printable(c byte) string {
+	if c >= ' ' && c <= '~' {
+		return string(rune(c))
+	}
+	return "\\x" + strconv.FormatUint(uint64(c), 16)
+}
+
+// drain makes the connection stop reading at the next opportunity: a Read
+// blocked on the socket returns at once, and the command being executed (if
+// any) is answered before the connection closes.
+func (g *guardConn) drain() {
+	g.draining.Store(true)
+	g.Conn.SetReadDeadline(time.Unix(1, 0)) //nolint:errcheck // fails only on a closed conn, which is the goal
+}
+
+// Close closes the socket, except while draining: redcon closes every
+// connection from its accept goroutine as soon as the listener closes, and
+// that must not cut off a reply being written. During a drain Close only
+// wakes the reader; the server's connection-closed hook closes the socket
+// (closeSocket) once the connection's goroutine has finished.
+func (g *guardConn) Close() error {
+	if g.draining.Load() {
+		g.Conn.SetReadDeadline(time.Unix(1, 0)) //nolint:errcheck // see drain
+		return nil
+	}
+	return g.Conn.Close()
+}
+
+// closeSocket closes the socket whatever the state.
+func (g *guardConn) closeSocket() error { return g.Conn.Close() }

@@ -1,0 +1,244 @@
+package resp
+
+import (
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/tidwall/redcon"
+)
+
+// planKind says how to turn shard results into the reply of one command.
+type planKind uint8
+
+const (
+	planAcquire     planKind = iota // one op; reply :1 or :0
+	planAcquireInfo                 // one op; reply the four WITHINFO integers
+	planPeek                        // one op; reply the four integers
+	planReset                       // n ops; reply the number removed
+	planError                       // no op; reply err
+)
+
+// planned is one command of a pipeline waiting for its shard results.
+type planned struct {
+	kind planKind
+	ops  int32
+	err  string
+}
+
+// handle is redcon's callback for the first command of a read. It takes the
+// rest of the pipeline at once (ReadPipeline), so that all bucket commands
+// up to the next non-bucket command travel to their shards together, one
+// batch per shard, and all replies leave in one write when redcon flushes.
+func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
+	sess, ok := c.Context().(*session)
+	if !ok {
+		c.WriteError("ERR internal error: connection has no session")
+		c.Close() //nolint:errcheck // closing a broken connection
+		return
+	}
+	s.exec(c, sess, cmd.Args)
+	rest := c.ReadPipeline()
+	for i := range rest {
+		if sess.quit {
+			break
+		}
+		s.exec(c, sess, rest[i].Args)
+	}
+	s.flushPlan(c, sess)
+	s.totalCommands.Add(int64(1 + len(rest)))
+	if sess.quit {
+		c.Close() //nolint:errcheck // QUIT: redcon flushes the +OK first
+	}
+}
+
+// exec plans a bucket command or, for anything else, first answers the
+// planned commands (so replies keep their order and INFO or DBSIZE see the
+// effect of earlier commands) and then answers it directly.
+func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
+	switch id := lookup(args[0]); id {
+	case cmdAcquire:
+		s.planAcquire(sess, args)
+	case cmdPeek:
+		s.planPeek(sess, args)
+	case cmdReset:
+		s.planReset(sess, args)
+	default:
+		s.flushPlan(c, sess)
+		s.execOther(c, sess, id, args)
+	}
+}
+
+func (sess *session) fail(err string) {
+	sess.plan = append(sess.plan, planned{kind: planError, err: err})
+}
+
+// planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO].
+func (s *Server) planAcquire(sess *session, args [][]byte) {
+	if len(args) < 4 || len(args) > 6 {
+		sess.fail(errArity["tb.acquire"])
+		return
+	}
+	op, bad := s.parseBucketArgs(args)
+	if bad != "" {
+		sess.fail(bad)
+		return
+	}
+	withInfo := false
+	rest := args[4:]
+	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
+		withInfo = true
+		rest = rest[:len(rest)-1]
+	}
+	switch len(rest) {
+	case 0:
+		op.Cost = 1
+	case 1:
+		if op.Cost, bad = parseCost(rest[0]); bad != "" {
+			sess.fail(bad)
+			return
+		}
+	default:
+		sess.fail(errSyntax)
+		return
+	}
+	op.Kind = shard.Acquire
+	sess.caller.Add(op)
+	kind := planAcquire
+	if withInfo {
+		kind = planAcquireInfo
+	}
+	sess.plan = append(sess.plan, planned{kind: kind, ops: 1})
+}
+
+// planPeek parses TB.PEEK key capacity rate [cost].
+func (s *Server) planPeek(sess *session, args [][]byte) {
+	if len(args) < 4 || len(args) > 5 {
+		sess.fail(errArity["tb.peek"])
+		return
+	}
+	op, bad := s.parseBucketArgs(args)
+	if bad != "" {
+		sess.fail(bad)
+		return
+	}
+	op.Cost = 1
+	if len(args) == 5 {
+		if op.Cost, bad = parseCost(args[4]); bad != "" {
+			sess.fail(bad)
+			return
+		}
+	}
+	op.Kind = shard.Peek
+	sess.caller.Add(op)
+	sess.plan = append(sess.plan, planned{kind: planPeek, ops: 1})
+}
+
+// planReset parses TB.RESET key [key ...]. All keys are checked before any
+// is queued, so a bad one changes nothing.
+func (s *Server) planReset(sess *session, args [][]byte) {
+	if len(args) < 2 {
+		sess.fail(errArity["tb.reset"])
+		return
+	}
+	keys := args[1:]
+	for _, k := range keys {
+		if len(k) > s.cfg.MaxKeyBytes {
+			sess.fail(errKeyTooLong)
+			return
+		}
+	}
+	for _, k := range keys {
+		sess.caller.Add(shard.Op{Kind: shard.Reset, Key: k})
+	}
+	sess.plan = append(sess.plan, planned{kind: planReset, ops: int32(len(keys))})
+}
+
+// parseBucketArgs checks key, capacity and rate, the arguments TB.ACQUIRE
+// and TB.PEEK share. It returns an error reply, or "" when all are valid.
+func (s *Server) parseBucketArgs(args [][]byte) (shard.Op, string) {
+	var op shard.Op
+	op.Key = args[1]
+	if len(op.Key) > s.cfg.MaxKeyBytes {
+		return op, errKeyTooLong
+	}
+	capacity, ok := parseNumber(args[2])
+	switch {
+	case !ok || !(capacity > 0):
+		return op, errInvalidCapacity
+	case capacity > maxParam:
+		return op, errCapacityTooLarge
+	}
+	rate, ok := parseNumber(args[3])
+	switch {
+	case !ok || !(rate > 0):
+		return op, errInvalidRate
+	case rate > maxParam:
+		return op, errRateTooLarge
+	}
+	op.Limit = bucket.Limit{Capacity: capacity, Rate: rate}
+	return op, ""
+}
+
+func parseCost(b []byte) (float64, string) {
+	cost, ok := parseNumber(b)
+	switch {
+	case !ok || !(cost >= 0):
+		return 0, errInvalidCost
+	case cost > maxParam:
+		return 0, errCostTooLarge
+	}
+	return cost + 0, "" // + 0 turns -0 into 0
+}
+
+// flushPlan sends the planned bucket operations to the shards and writes
+// every planned reply in order.
+func (s *Server) flushPlan(c redcon.Conn, sess *session) {
+	if len(sess.plan) == 0 {
+		return
+	}
+	results, err := sess.caller.Run()
+	next := 0
+	for _, p := range sess.plan {
+		if p.kind == planError {
+			c.WriteError(p.err)
+			continue
+		}
+		if err != nil {
+			c.WriteError(errShuttingDown)
+			continue
+		}
+		rs := results[next : next+int(p.ops)]
+		next += int(p.ops)
+		switch p.kind {
+		case planAcquire:
+			if rs[0].Decision.Allowed {
+				c.WriteInt(1)
+			} else {
+				c.WriteInt(0)
+			}
+		case planAcquireInfo, planPeek:
+			writeDecision(c, rs[0].Decision)
+		case planReset:
+			removed := 0
+			for _, r := range rs {
+				if r.Removed {
+					removed++
+				}
+			}
+			c.WriteInt(removed)
+		}
+	}
+	clear(sess.plan) // drop error strings
+	sess.plan = sess.plan[:0]
+}
+
+func writeDecision(c redcon.Conn, d bucket.Decision) {
+	c.WriteArray(4)
+	if d.Allowed {
+		c.WriteInt(1)
+	} else {
+		c.WriteInt(0)
+	}
+	c.WriteInt64(d.Remaining)
+	c.WriteInt64(d.RetryAfterMs)
+	c.WriteInt64(d.ResetAfterMs)
+}

@@ -1,0 +1,252 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/tidwall/redcon"
+)
+
+// Limiter is what the protocol front needs from the bucket store: a
+// per-connection Caller and the counters INFO and DBSIZE report.
+// *shard.Group provides it through Shards.
+type Limiter interface {
+	NewCaller() Caller
+	Stats() shard.Stats
+	ShardCount() int
+}
+
+// Caller batches one connection's bucket operations (see shard.Caller).
+type Caller interface {
+	Add(op shard.Op)
+	Run() ([]shard.Result, error)
+}
+
+// Shards adapts a shard.Group to Limiter.
+func Shards(g *shard.Group) Limiter { return groupLimiter{g} }
+
+type groupLimiter struct{ g *shard.Group }
+
+func (l groupLimiter) NewCaller() Caller    { return l.g.NewCaller() }
+func (l groupLimiter) Stats() shard.Stats   { return l.g.Stats() }
+func (l groupLimiter) ShardCount() int      { return l.g.Len() }
+func (l groupLimiter) Unwrap() *shard.Group { return l.g }
+
+var _ Limiter = groupLimiter{}
+
+// Config sets up a Server. Zero values pick the defaults in parentheses.
+type Config struct {
+	Limiter     Limiter
+	MaxKeyBytes int // longest key accepted (1024)
+	Limits      Limits
+	Logger      *slog.Logger // (slog.Default())
+	Version     string       // reported by INFO and HELLO ("dev")
+}
+
+// Defaults of Config and Limits.
+const (
+	DefaultMaxKeyBytes    = 1024
+	DefaultMaxQueryBytes  = 64 << 20
+	DefaultMaxArgs        = 1024 * 1024
+	DefaultMaxInlineBytes = 64 << 10
+)
+
+// Server is bucketd's Redis-protocol front. Connections are served by redcon,
+// one goroutine each; bucket operations go to the Limiter. Safe for
+// concurrent use.
+type Server struct {
+	cfg     Config
+	started time.Time
+
+	mu    sync.Mutex // guards conns and srv; never on the request path
+	conns map[*guardConn]struct{}
+	ln    net.Listener
+
+	active   sync.WaitGroup // one per open connection
+	draining atomic.Bool
+
+	nextClientID    atomic.Int64
+	connected       atomic.Int64
+	totalConns      atomic.Int64
+	totalCommands   atomic.Int64
+	protocolErrors  atomic.Int64
+	unknownCommands atomic.Int64
+}
+
+// NewServer validates cfg and fills in defaults.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("resp: Config.Limiter is required")
+	}
+	if cfg.MaxKeyBytes <= 0 {
+		cfg.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if cfg.Limits.MaxQueryBytes <= 0 {
+		cfg.Limits.MaxQueryBytes = DefaultMaxQueryBytes
+	}
+	if cfg.Limits.MaxArgs <= 0 {
+		cfg.Limits.MaxArgs = DefaultMaxArgs
+	}
+	if cfg.Limits.MaxInlineBytes <= 0 {
+		cfg.Limits.MaxInlineBytes = DefaultMaxInlineBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	return &Server{cfg: cfg, started: time.Now(), conns: make(map[*guardConn]struct{})}, nil
+}
+
+// guardedListener wraps every accepted connection in a guardConn.
+type guardedListener struct {
+	net.Listener
+	lim *Limits
+}
+
+func (l guardedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true) //nolint:errcheck // the default already; only fails on a closed conn
+	}
+	return newGuardConn(c, l.lim), nil
+}
+
+// Serve answers clients on ln until Shutdown. It returns nil after a
+// Shutdown and the listener's error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	srv := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
+	srv.AcceptError = func(err error) {
+		s.cfg.Logger.Warn("accept failed", "err", err)
+		time.Sleep(5 * time.Millisecond) // e.g. out of file descriptors: do not spin
+	}
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		return ln.Close()
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	err := srv.Serve(guardedListener{ln, &s.cfg.Limits})
+	if s.draining.Load() {
+		return nil
+	}
+	return err
+}
+
+// Addr returns the address Serve listens on, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting, lets every connection finish the commands it is
+// executing (their replies are written), closes the connections and waits
+// for their goroutines. If ctx ends first, the remaining sockets are closed
+// at once and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	ln := s.ln
+	for g := range s.conns {
+		g.drain()
+	}
+	s.mu.Unlock()
+	if ln != nil {
+		// redcon's accept loop ends on the closed listener and then closes
+		// every connection, which the guards turn into drains.
+		ln.Close() //nolint:errcheck // an error means it was closed already
+	}
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for g := range s.conns {
+			g.closeSocket() //nolint:errcheck // forcing shutdown; errors change nothing
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// session is one connection's state, owned by its goroutine.
+type session struct {
+	id     int64
+	guard  *guardConn
+	caller Caller
+	plan   []planned
+	name   []byte
+	quit   bool
+}
+
+func (s *Server) accept(c redcon.Conn) bool {
+	g, ok := c.NetConn().(*guardConn)
+	if !ok {
+		return false // cannot happen: every conn comes from guardedListener
+	}
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		return false
+	}
+	s.conns[g] = struct{}{}
+	s.active.Add(1)
+	s.mu.Unlock()
+	s.connected.Add(1)
+	s.totalConns.Add(1)
+	c.SetContext(&session{
+		id:     s.nextClientID.Add(1),
+		guard:  g,
+		caller: s.cfg.Limiter.NewCaller(),
+	})
+	return true
+}
+
+func (s *Server) closed(c redcon.Conn, err error) {
+	sess, ok := c.Context().(*session)
+	if !ok {
+		return // refused in accept
+	}
+	sess.guard.closeSocket() //nolint:errcheck // may already be closed; that is the goal
+	if errors.Is(err, errGuardClosed) {
+		s.protocolErrors.Add(1)
+	}
+	s.mu.Lock()
+	delete(s.conns, sess.guard)
+	s.mu.Unlock()
+	s.connected.Add(-1)
+	s.active.Done()
+}
+
+// ListenAndServe is a convenience for tests and tools: listen on addr and
+// serve in the background. It returns once the listener is open.
+func (s *Server) ListenAndServe(addr string) (net.Addr, <-chan error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ln) }()
+	return ln.Addr(), errc, nil
+}
