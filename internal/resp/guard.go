@@ -96,6 +96,12 @@ func (g *guardConn) Read(p []byte) (int, error) {
 			g.compactIfDrained()
 			return n, nil
 		}
+		if g.scan < g.end && g.protoErr == "" {
+			g.scanFrames() // resume after an inline command (see scanFrames)
+			if g.rpos < g.ready {
+				continue
+			}
+		}
 		if g.protoErr != "" {
 			// The reply is best effort: the connection closes either way.
 			g.Conn.Write(appendErrorLine(nil, g.protoErr)) //nolint:errcheck
@@ -181,6 +187,9 @@ func (g *guardConn) scanFrames() {
 				g.state = scanCount
 				g.scan++
 			} else {
+				if g.rpos < g.ready {
+					return // an inline command travels alone: see below
+				}
 				g.state = scanInline
 			}
 		case scanInline:
@@ -194,6 +203,11 @@ func (g *guardConn) scanFrames() {
 			}
 			g.scan += i + 1
 			g.complete()
+			// redcon drops every command of a read when one inline command
+			// has unbalanced quotes, so an inline command is handed over
+			// alone: the commands before it are answered first, as in Redis.
+			// Inline commands are typed by people; the cost is irrelevant.
+			return
 		case scanCount, scanBulkLen:
 			line, ok := g.headerLine()
 			if !ok {
