@@ -640,3 +640,28 @@ func TestShutdownAnswersWhatIsInFlight(t *testing.T) {
 	}
 	t.Logf("%d of %d pipelined commands were in flight and answered", got, n)
 }
+
+// TestFullBucketsExpire is SPEC semantics 7 end to end: buckets that have
+// refilled are deleted within seconds, DBSIZE follows, and the answers for
+// the same parameters do not change.
+func TestFullBucketsExpire(t *testing.T) {
+	ts := startServer(t, nil)
+	c := ts.client(t)
+	for i := range 50 {
+		expect(t, c, int64(1), "TB.ACQUIRE", fmt.Sprint("exp", i), "1", "100") // full again after 10 ms
+	}
+	if n := do(t, c, "DBSIZE").(int64); n == 0 || n > 50 {
+		t.Fatalf("DBSIZE right after = %d", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for do(t, c, "DBSIZE") != int64(0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("DBSIZE still %v five seconds after the buckets refilled", do(t, c, "DBSIZE"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if info := do(t, c, "INFO", "bucketd").(string); !strings.Contains(info, "expired_total:50\r\n") {
+		t.Fatalf("INFO after expiry:\n%s", info)
+	}
+	expect(t, c, ints(1, 0, 0, 10), "TB.ACQUIRE", "exp0", "1", "100", "1", "WITHINFO")
+}

@@ -1,0 +1,84 @@
+package resp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/tidwall/redcon"
+)
+
+// FuzzCommandArgs sends arbitrary argument lists through the command
+// handler: it must never panic, must write exactly one well-formed reply per
+// command, and must queue bucket operations only for valid commands.
+func FuzzCommandArgs(f *testing.F) {
+	for _, s := range []string{
+		"TB.ACQUIRE\x00k\x0010\x001", "tb.acquire\x00k\x0010\x001\x002\x00withinfo", "TB.PEEK\x00k\x001e3\x00.5",
+		"TB.RESET\x00a\x00b\x00a", "TB.ACQUIRE\x00k\x00nan\x001", "TB.ACQUIRE\x00k\x0010\x001\x00-0",
+		"PING\x00x", "CLIENT\x00SETNAME\x00a b", "HELLO\x003", "CONFIG\x00GET\x00*", "COMMAND\x00INFO\x00tb.peek",
+		"INFO\x00bucketd", "SELECT\x00-1", "nosuch\x00\r\n", "ECHO", "QUIT",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		args := bytes.Split(raw, []byte{0})
+		if len(args[0]) == 0 {
+			return // redcon never hands the handler a command without arguments
+		}
+		srv, c := newBenchServer(t)
+		srv.handle(c, redcon.Command{Args: args})
+		if len(c.sess.caller.(*inlineCaller).ops) != 0 {
+			t.Fatalf("ops left queued after the reply")
+		}
+		n, ok := replyLen(c.out)
+		if !ok || n != len(c.out) {
+			t.Fatalf("%q: reply %q is not exactly one RESP value", args, c.out)
+		}
+	})
+}
+
+// replyLen returns the length of the first RESP2 value in b.
+func replyLen(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	nl := bytes.Index(b, []byte("\r\n"))
+	if nl < 1 {
+		return 0, false
+	}
+	line := b[1:nl]
+	if bytes.ContainsAny(line, "\r\n") {
+		return 0, false
+	}
+	switch b[0] {
+	case '+', '-', ':':
+		return nl + 2, true
+	case '$':
+		n, ok := parseHeaderInt(line)
+		if !ok || n < -1 {
+			return 0, false
+		}
+		if n == -1 {
+			return nl + 2, true
+		}
+		end := nl + 2 + int(n) + 2
+		if end > len(b) || b[end-2] != '\r' || b[end-1] != '\n' {
+			return 0, false
+		}
+		return end, true
+	case '*':
+		n, ok := parseHeaderInt(line)
+		if !ok || n < -1 {
+			return 0, false
+		}
+		pos := nl + 2
+		for range n {
+			m, ok := replyLen(b[pos:])
+			if !ok {
+				return 0, false
+			}
+			pos += m
+		}
+		return pos, true
+	}
+	return 0, false
+}
