@@ -85,8 +85,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("--max-key-bytes %d: must be at least 1", cfg.maxKeyBytes)
 	case cfg.maxQueryBytes < 1024:
 		return cfg, fmt.Errorf("--max-query-bytes %d: must be at least 1024", cfg.maxQueryBytes)
-	case cfg.maxArgs < 4:
-		return cfg, fmt.Errorf("--max-args %d: must be at least 4 (TB.ACQUIRE needs them)", cfg.maxArgs)
+	case cfg.maxArgs < 6:
+		return cfg, fmt.Errorf("--max-args %d: must be at least 6 (TB.ACQUIRE key capacity rate cost WITHINFO)", cfg.maxArgs)
 	case cfg.shutdownTimeout <= 0:
 		return cfg, fmt.Errorf("--shutdown-timeout %v: must be positive", cfg.shutdownTimeout)
 	}

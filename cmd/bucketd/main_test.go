@@ -238,7 +238,7 @@ func TestFlags(t *testing.T) {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	for _, bad := range [][]string{
-		{"--shards", "0"}, {"--max-key-bytes", "0"}, {"--max-query-bytes", "10"}, {"--max-args", "2"},
+		{"--shards", "0"}, {"--max-key-bytes", "0"}, {"--max-query-bytes", "10"}, {"--max-args", "5"},
 		{"--log-level", "loud"}, {"--log-format", "xml"}, {"--nope"}, {"extra"}, {"--shutdown-timeout", "0s"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {

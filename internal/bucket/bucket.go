@@ -136,15 +136,17 @@ func (s State) FullAt(l Limit) int64 {
 // ceilMillis returns amount / rate seconds in milliseconds, rounded up, 0
 // for an amount <= 0, saturating at math.MaxInt64.
 //
-// A result within one part in 1e9 of a whole number is taken as that number:
-// 6.1 tokens need (10-6.1)/1 s = 3900.0000000000005 ms in float64, and a
-// reply of 3901 would only show the rounding noise of the subtraction.
+// A result within min(1e-9 relative, 1e-6 ms) of a whole number is taken as
+// that number: 6.1 tokens need (10-6.1)/1 s = 3900.0000000000005 ms in
+// float64, and a reply of 3901 would only show the rounding noise of the
+// subtraction. The absolute cap keeps the answer from ever being more than a
+// nanosecond early, however long the wait.
 func ceilMillis(amount, rate float64) int64 {
 	if amount <= 0 {
 		return 0
 	}
 	ms := amount / rate * 1000
-	if r := math.Round(ms); math.Abs(ms-r) <= ms*1e-9 {
+	if r := math.Round(ms); math.Abs(ms-r) <= math.Min(ms*1e-9, 1e-6) {
 		return saturate(r)
 	}
 	return saturate(math.Ceil(ms))

@@ -188,6 +188,24 @@ func TestFullAtAndIsFull(t *testing.T) {
 	}
 }
 
+func TestCeilMillis(t *testing.T) {
+	for _, tc := range []struct {
+		amount, rate float64
+		want         int64
+	}{
+		{0, 1, 0}, {-1, 1, 0}, {1, 1, 1000}, {1, 3, 334}, {1e-9, 1, 1},
+		{10 - 6.1, 1, 3900},             // float noise above a whole number snaps down
+		{1, 1.0 / 3e9, 3e12},            // long waits are still rounded up, never short
+		{0.5e-3 + 1e-12, 1, 1},          // a hair over half a millisecond rounds up
+		{1e15, 1e-300, math.MaxInt64},   // saturates
+		{1e7 + 1e-7, 1, 10_000_000_001}, // 1e10 ms plus 1e-4 ms: rounds up
+	} {
+		if got := ceilMillis(tc.amount, tc.rate); got != tc.want {
+			t.Errorf("ceilMillis(%v, %v) = %d, want %d", tc.amount, tc.rate, got, tc.want)
+		}
+	}
+}
+
 func TestSaturate(t *testing.T) {
 	for _, tc := range []struct {
 		in   float64

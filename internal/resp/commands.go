@@ -186,6 +186,8 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 			return
 		}
 	}
+	// Check every option before applying any, so a bad one changes nothing.
+	var name []byte
 	for i := 2; i < len(args); i++ {
 		switch {
 		case equalFold(args[i], "AUTH") && i+2 < len(args):
@@ -196,12 +198,15 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 				c.WriteError(errClientName)
 				return
 			}
-			sess.name = append(sess.name[:0], args[i+1]...)
+			name = args[i+1]
 			i++
 		default:
-			c.WriteError("ERR Syntax error in HELLO option '" + string(args[i]) + "'")
+			c.WriteError("ERR Syntax error in HELLO option '" + truncate(args[i]) + "'")
 			return
 		}
+	}
+	if name != nil {
+		sess.name = append(sess.name[:0], name...)
 	}
 	c.WriteArray(14)
 	c.WriteBulkString("server")
@@ -219,6 +224,10 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 	c.WriteBulkString("modules")
 	c.WriteArray(0)
 }
+
+// truncate returns at most the first 128 bytes of b, as Redis quotes
+// arguments in error replies.
+func truncate(b []byte) string { return string(b[:min(len(b), 128)]) }
 
 // validClientName follows Redis: printable ASCII without spaces.
 func validClientName(name []byte) bool {
@@ -266,12 +275,12 @@ func (s *Server) cmdClient(c redcon.Conn, sess *session, args [][]byte) {
 			return
 		}
 		if !equalFold(args[2], "LIB-NAME") && !equalFold(args[2], "LIB-VER") {
-			c.WriteError("ERR Unrecognized option '" + string(args[2]) + "'")
+			c.WriteError("ERR Unrecognized option '" + truncate(args[2]) + "'")
 			return
 		}
 		c.WriteString("OK")
 	default:
-		c.WriteError("ERR unknown subcommand '" + string(sub[:min(len(sub), 128)]) + "'. Try CLIENT HELP.")
+		c.WriteError("ERR unknown subcommand '" + truncate(sub) + "'. Try CLIENT HELP.")
 	}
 }
 
@@ -316,7 +325,7 @@ func (s *Server) cmdCommand(c redcon.Conn, args [][]byte) {
 		// built-in hints. An empty map is what Redis sends for unknown names.
 		c.WriteArray(0)
 	default:
-		c.WriteError("ERR unknown subcommand '" + string(sub[:min(len(sub), 128)]) + "'. Try COMMAND HELP.")
+		c.WriteError("ERR unknown subcommand '" + truncate(sub) + "'. Try COMMAND HELP.")
 	}
 }
 
@@ -352,7 +361,7 @@ func writeCommandInfo(c redcon.Conn, spec *commandSpec) {
 // parameters match nothing, as unknown ones do in Redis.
 func (s *Server) cmdConfig(c redcon.Conn, args [][]byte) {
 	if !equalFold(args[1], "GET") {
-		c.WriteError("ERR unknown subcommand '" + string(args[1][:min(len(args[1]), 128)]) + "'. Try CONFIG HELP.")
+		c.WriteError("ERR unknown subcommand '" + truncate(args[1]) + "'. Try CONFIG HELP.")
 		return
 	}
 	if len(args) < 3 {
@@ -368,11 +377,11 @@ func (s *Server) cmdConfig(c redcon.Conn, args [][]byte) {
 		{"client-query-buffer-limit", strconv.Itoa(s.cfg.Limits.MaxQueryBytes)},
 	}
 	var out []string
-	for _, pat := range args[2:] {
-		p := strings.ToLower(string(pat))
-		for _, kv := range params {
-			if ok, _ := path.Match(p, kv[0]); ok {
+	for _, kv := range params { // each parameter once, however many patterns match
+		for _, pat := range args[2:] {
+			if ok, _ := path.Match(strings.ToLower(string(pat)), kv[0]); ok {
 				out = append(out, kv[0], kv[1])
+				break
 			}
 		}
 	}
@@ -423,7 +432,7 @@ func (s *Server) info(sections [][]byte) []byte {
 		text("bucketd_version", s.cfg.Version)
 		text("redis_mode", "standalone")
 		text("os", runtime.GOOS)
-		text("arch_bits", "64")
+		field("arch_bits", strconv.IntSize)
 		text("go_version", runtime.Version())
 		field("process_id", int64(os.Getpid()))
 		if addr := s.Addr(); addr != nil {

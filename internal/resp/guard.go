@@ -75,6 +75,12 @@ type guardConn struct {
 	args      int   // bulk arguments still expected in this command
 	bulkLeft  int64 // payload bytes plus CRLF still expected
 
+	// inline holds the RESP form of the last inline command, handed out
+	// before anything that follows it; redcon only ever sees RESP, so inline
+	// commands are split exactly as Redis splits them (see splitInline).
+	inline    []byte
+	inlinePos int
+
 	protoErr string // reply to send once the ready bytes are delivered
 	readErr  error  // socket error to return once the ready bytes are delivered
 
@@ -90,6 +96,14 @@ func newGuardConn(c net.Conn, lim *Limits) *guardConn {
 // Read hands out complete commands only, reading from the socket as needed.
 func (g *guardConn) Read(p []byte) (int, error) {
 	for {
+		if g.inlinePos < len(g.inline) {
+			n := copy(p, g.inline[g.inlinePos:])
+			g.inlinePos += n
+			if g.inlinePos == len(g.inline) && cap(g.inline) > 64*1024 {
+				g.inline, g.inlinePos = nil, 0 // do not keep a big buffer
+			}
+			return n, nil
+		}
 		if g.rpos < g.ready {
 			n := copy(p, g.buf[g.rpos:g.ready])
 			g.rpos += n
@@ -98,7 +112,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		}
 		if g.scan < g.end && g.protoErr == "" {
 			g.scanFrames() // resume after an inline command (see scanFrames)
-			if g.rpos < g.ready {
+			if g.rpos < g.ready || g.inlinePos < len(g.inline) {
 				continue
 			}
 		}
@@ -187,8 +201,8 @@ func (g *guardConn) scanFrames() {
 				g.state = scanCount
 				g.scan++
 			} else {
-				if g.rpos < g.ready {
-					return // an inline command travels alone: see below
+				if g.rpos < g.ready || g.inlinePos < len(g.inline) {
+					return // an inline command is translated alone: see below
 				}
 				g.state = scanInline
 			}
@@ -202,12 +216,10 @@ func (g *guardConn) scanFrames() {
 				return
 			}
 			g.scan += i + 1
-			g.complete()
-			// redcon drops every command of a read when one inline command
-			// has unbalanced quotes, so an inline command is handed over
-			// alone: the commands before it are answered first, as in Redis.
-			// Inline commands are typed by people; the cost is irrelevant.
-			return
+			g.translateInline()
+			if g.inlinePos < len(g.inline) {
+				return // hand it out before scanning further
+			}
 		case scanCount, scanBulkLen:
 			line, ok := g.headerLine()
 			if !ok {
@@ -281,6 +293,33 @@ func (g *guardConn) headerLine() ([]byte, bool) {
 		return nil, true // parseHeaderInt(nil) reports it invalid
 	}
 	return g.buf[g.lineStart+1 : nl-1], true
+}
+
+// translateInline replaces the inline command [lineStart, scan) by its RESP
+// form in g.inline. It runs only when everything before the line has been
+// handed out, so order is kept. Inline commands are typed by people; the
+// allocation does not matter.
+func (g *guardConn) translateInline() {
+	line := g.buf[g.lineStart:g.scan]
+	line = line[:len(line)-1] // the '\n'
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	words, ok := splitInline(line)
+	switch {
+	case !ok:
+		g.fail("unbalanced quotes in request")
+		return
+	case len(words) > g.lim.MaxArgs:
+		g.fail("invalid multibulk length")
+		return
+	}
+	g.inline, g.inlinePos = g.inline[:0], 0
+	if len(words) > 0 { // a blank line is no command, as in Redis
+		g.inline = appendMultiBulk(g.inline, words)
+	}
+	g.rpos = g.scan // the line itself is consumed
+	g.complete()
 }
 
 func (g *guardConn) complete() {

@@ -37,14 +37,16 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	}
 	s.exec(c, sess, cmd.Args)
 	rest := c.ReadPipeline()
+	executed := 1
 	for i := range rest {
 		if sess.quit {
-			break
+			break // Redis ignores what follows QUIT
 		}
 		s.exec(c, sess, rest[i].Args)
+		executed++
 	}
 	s.flushPlan(c, sess)
-	s.totalCommands.Add(int64(1 + len(rest)))
+	s.totalCommands.Add(int64(executed))
 	if sess.quit {
 		c.Close() //nolint:errcheck // QUIT: redcon flushes the +OK first
 	}

@@ -665,3 +665,14 @@ func TestFullBucketsExpire(t *testing.T) {
 	}
 	expect(t, c, ints(1, 0, 0, 10), "TB.ACQUIRE", "exp0", "1", "100", "1", "WITHINFO")
 }
+
+func TestHelloChecksEveryOptionBeforeApplying(t *testing.T) {
+	ts := startServer(t, nil)
+	c := ts.client(t)
+	expect(t, c, "ERROR ERR Syntax error in HELLO option 'BOGUS'", "HELLO", "2", "SETNAME", "a", "BOGUS")
+	expect(t, c, nil, "CLIENT", "GETNAME")
+	if hello := do(t, c, "HELLO", "2", "SETNAME", "b"); !equal(len(hello.([]any)), 14) {
+		t.Fatalf("HELLO 2 SETNAME b = %#v", hello)
+	}
+	expect(t, c, "b", "CLIENT", "GETNAME")
+}

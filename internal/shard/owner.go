@@ -97,7 +97,7 @@ func (s *shard) answer(b *Batch) {
 			b.Results[i] = Result{Decision: bucket.Peek(st, ok, op.Limit, op.Cost, now)}
 			peeks++
 		case Reset:
-			removed := s.remove(op.Key)
+			removed := s.reset(op.Key, now)
 			b.Results[i] = Result{Removed: removed}
 			if removed {
 				resets++
@@ -158,12 +158,21 @@ func (s *shard) acquire(op *Op, now int64) bucket.Decision {
 	return d
 }
 
-func (s *shard) remove(key []byte) bool {
+// reset forgets key and reports whether a bucket existed. A bucket that has
+// refilled but not yet been swept is deleted too, but not counted: it had
+// logically expired, and Redis DEL does not count expired keys either.
+func (s *shard) reset(key []byte, now int64) bool {
 	i, ok := s.index[string(key)]
-	if ok {
-		s.removeAt(i)
+	if !ok {
+		return false
 	}
-	return ok
+	e := &s.entries[i]
+	existed := !e.state.IsFull(e.limit, now)
+	s.removeAt(i)
+	if !existed {
+		s.expired.Add(1)
+	}
+	return existed
 }
 
 // removeAt deletes entries[i] by moving the last entry into its place.

@@ -285,3 +285,16 @@ func BenchmarkShardPipeline16(b *testing.B) {
 		}
 	})
 }
+
+func TestResetDoesNotCountRefilledBuckets(t *testing.T) {
+	g, clk := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	runOne(t, c, acquire("k", 1, 1000, 1)) // empty; full again after 1 ms
+	clk.advance(10 * time.Millisecond)
+	if r := runOne(t, c, Op{Kind: Reset, Key: []byte("k")}); r.Removed {
+		t.Fatal("TB.RESET counted a bucket that had already refilled, unlike DEL on an expired key")
+	}
+	if st := g.Stats(); st.Buckets != 0 || st.Resets != 0 || st.Expired != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
