@@ -29,6 +29,7 @@ const (
 	cmdDBSize
 	cmdConfig
 	cmdAuth
+	numCommands // not a command: the number of cmdIDs
 )
 
 // commandSpec describes a command for COMMAND and for lookup.
@@ -81,6 +82,7 @@ func (s *Server) execOther(c redcon.Conn, sess *session, id cmdID, args [][]byte
 	if id != cmdUnknown {
 		spec := &commandTable[id-1]
 		if n := len(args); spec.arity > 0 && n != spec.arity || spec.arity < 0 && n < -spec.arity {
+			sess.tally.error(ErrArity)
 			c.WriteError(arityError(strings.ToLower(spec.upper)))
 			return
 		}
@@ -123,13 +125,9 @@ func (s *Server) execOther(c redcon.Conn, sess *session, id cmdID, args [][]byte
 	case cmdConfig:
 		s.cmdConfig(c, args)
 	case cmdAuth:
-		if len(args) < 2 || len(args) > 3 {
-			c.WriteError(errArity["auth"])
-			return
-		}
-		c.WriteError(errNoPasswordSet)
+		s.cmdAuth(c, sess, args)
 	default:
-		s.unknownCommands.Add(1)
+		sess.tally.error(ErrUnknownCmd)
 		c.WriteError(unknownCommandError(args))
 	}
 }
@@ -188,11 +186,17 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 	}
 	// Check every option before applying any, so a bad one changes nothing.
 	var name []byte
+	authed := sess.authed
 	for i := 2; i < len(args); i++ {
 		switch {
 		case equalFold(args[i], "AUTH") && i+2 < len(args):
-			c.WriteError(errNoPasswordSet)
-			return
+			if !s.password.ok(args[i+1], args[i+2]) {
+				sess.tally.error(ErrAuth)
+				c.WriteError(errWrongPass)
+				return
+			}
+			authed = true
+			i += 2
 		case equalFold(args[i], "SETNAME") && i+1 < len(args):
 			if !validClientName(args[i+1]) {
 				c.WriteError(errClientName)
@@ -205,6 +209,12 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 			return
 		}
 	}
+	if !authed {
+		sess.tally.error(ErrAuth)
+		c.WriteError(errHelloNoAuth)
+		return
+	}
+	sess.authed = true
 	if name != nil {
 		sess.name = append(sess.name[:0], name...)
 	}
@@ -360,6 +370,21 @@ func writeCommandInfo(c redcon.Conn, spec *commandSpec) {
 // start (redis-benchmark asks for "save" and "appendonly"); other
 // parameters match nothing, as unknown ones do in Redis.
 func (s *Server) cmdConfig(c redcon.Conn, args [][]byte) {
+	if equalFold(args[1], "RELOAD") {
+		switch {
+		case len(args) != 2:
+			c.WriteError(errArity["config|reload"])
+		case s.cfg.Reload == nil:
+			c.WriteError("ERR CONFIG RELOAD needs a configuration file: start bucketd with --config")
+		default:
+			if err := s.cfg.Reload(); err != nil {
+				c.WriteError("ERR reload failed, the running configuration stays: " + err.Error())
+				return
+			}
+			c.WriteString("OK")
+		}
+		return
+	}
 	if !equalFold(args[1], "GET") {
 		c.WriteError("ERR unknown subcommand '" + truncate(args[1]) + "'. Try CONFIG HELP.")
 		return
@@ -444,7 +469,7 @@ func (s *Server) info(sections [][]byte) []byte {
 	}
 	if want("clients") {
 		section("Clients")
-		field("connected_clients", s.connected.Load())
+		field("connected_clients", s.n.connected.Load())
 		field("blocked_clients", 0)
 	}
 	if want("memory") {
@@ -458,10 +483,17 @@ func (s *Server) info(sections [][]byte) []byte {
 	}
 	if want("stats") {
 		section("Stats")
-		field("total_connections_received", s.totalConns.Load())
-		field("total_commands_processed", s.totalCommands.Load())
-		field("total_error_replies_protocol", s.protocolErrors.Load())
-		field("unknown_commands", s.unknownCommands.Load())
+		sv := s.Stats()
+		field("total_connections_received", sv.TotalConnections)
+		field("rejected_connections", sv.RejectedConnections)
+		field("total_commands_processed", sv.TotalCommands)
+		var errs int64
+		for _, n := range sv.Errors {
+			errs += n
+		}
+		field("total_error_replies", errs)
+		field("protocol_errors", sv.Errors[ErrProtocol])
+		field("unknown_commands", sv.Errors[ErrUnknownCmd])
 		field("expired_keys", st.Expired)
 	}
 	if want("bucketd") {

@@ -35,7 +35,7 @@ func init() {
 		"tb.acquire", "tb.peek", "tb.reset", "ping", "echo", "select", "hello",
 		"client", "command", "info", "dbsize", "config", "auth", "quit",
 		"client|setname", "client|getname", "client|id", "client|setinfo",
-		"command|count", "command|info", "config|get",
+		"command|count", "command|info", "config|get", "config|reload",
 	} {
 		errArity[name] = "ERR wrong number of arguments for '" + name + "' command"
 	}

@@ -84,7 +84,8 @@ type guardConn struct {
 	protoErr string // reply to send once the ready bytes are delivered
 	readErr  error  // socket error to return once the ready bytes are delivered
 
-	draining atomic.Bool // shutdown: stop reading, let in-flight work finish
+	draining atomic.Bool   // shutdown: stop reading, let in-flight work finish
+	idle     time.Duration // close after this long without input; 0 never
 }
 
 const guardInitialBuf = 4096
@@ -148,6 +149,13 @@ func (g *guardConn) compactIfDrained() {
 func (g *guardConn) fill() {
 	if g.end == len(g.buf) {
 		g.makeRoom()
+	}
+	if g.idle > 0 {
+		g.Conn.SetReadDeadline(time.Now().Add(g.idle)) //nolint:errcheck // fails only on a closed conn
+		if g.draining.Load() {
+			// drain() may have set its past deadline before ours; restore it.
+			g.Conn.SetReadDeadline(time.Unix(1, 0)) //nolint:errcheck
+		}
 	}
 	n, err := g.Conn.Read(g.buf[g.end:])
 	if err != nil {

@@ -1,6 +1,9 @@
 package resp
 
 import (
+	"strings"
+	"time"
+
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/tidwall/redcon"
@@ -19,9 +22,10 @@ const (
 
 // planned is one command of a pipeline waiting for its shard results.
 type planned struct {
-	kind planKind
-	ops  int32
-	err  string
+	kind    planKind
+	errKind ErrorKind
+	ops     int32
+	err     string
 }
 
 // handle is redcon's callback for the first command of a read. It takes the
@@ -35,6 +39,10 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		c.Close() //nolint:errcheck // closing a broken connection
 		return
 	}
+	var start time.Time
+	if s.cfg.ObservePipeline != nil {
+		start = time.Now()
+	}
 	s.exec(c, sess, cmd.Args)
 	rest := c.ReadPipeline()
 	executed := 1
@@ -46,7 +54,11 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		executed++
 	}
 	s.flushPlan(c, sess)
-	s.totalCommands.Add(int64(executed))
+	s.n.totalCmds.Add(int64(executed))
+	s.flushTally(&sess.tally)
+	if s.cfg.ObservePipeline != nil {
+		s.cfg.ObservePipeline(time.Since(start).Seconds(), executed)
+	}
 	if sess.quit {
 		c.Close() //nolint:errcheck // QUIT: redcon flushes the +OK first
 	}
@@ -56,7 +68,13 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 // planned commands (so replies keep their order and INFO or DBSIZE see the
 // effect of earlier commands) and then answers it directly.
 func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
-	switch id := lookup(args[0]); id {
+	id := lookup(args[0])
+	sess.tally.command(id)
+	if !sess.authed && id != cmdAuth && id != cmdHello && id != cmdQuit {
+		sess.plan = append(sess.plan, planned{kind: planError, errKind: ErrAuth, err: errNoAuth})
+		return
+	}
+	switch id {
 	case cmdAcquire:
 		s.planAcquire(sess, args)
 	case cmdPeek:
@@ -69,8 +87,13 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 	}
 }
 
+// fail plans an error reply; kind classifies it for metrics.
 func (sess *session) fail(err string) {
-	sess.plan = append(sess.plan, planned{kind: planError, err: err})
+	kind := ErrInvalidArg
+	if strings.HasPrefix(err, "ERR wrong number") {
+		kind = ErrArity
+	}
+	sess.plan = append(sess.plan, planned{kind: planError, errKind: kind, err: err})
 }
 
 // planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO].
@@ -79,7 +102,7 @@ func (s *Server) planAcquire(sess *session, args [][]byte) {
 		sess.fail(errArity["tb.acquire"])
 		return
 	}
-	op, bad := s.parseBucketArgs(args)
+	op, bad := s.parseBucketArgs(sess, args)
 	if bad != "" {
 		sess.fail(bad)
 		return
@@ -117,7 +140,7 @@ func (s *Server) planPeek(sess *session, args [][]byte) {
 		sess.fail(errArity["tb.peek"])
 		return
 	}
-	op, bad := s.parseBucketArgs(args)
+	op, bad := s.parseBucketArgs(sess, args)
 	if bad != "" {
 		sess.fail(bad)
 		return
@@ -154,13 +177,34 @@ func (s *Server) planReset(sess *session, args [][]byte) {
 	sess.plan = append(sess.plan, planned{kind: planReset, ops: int32(len(keys))})
 }
 
-// parseBucketArgs checks key, capacity and rate, the arguments TB.ACQUIRE
-// and TB.PEEK share. It returns an error reply, or "" when all are valid.
-func (s *Server) parseBucketArgs(args [][]byte) (shard.Op, string) {
+// parseBucketArgs checks key, capacity and rate (or POLICY name), the
+// arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or ""
+// when all are valid.
+func (s *Server) parseBucketArgs(sess *session, args [][]byte) (shard.Op, string) {
 	var op shard.Op
 	op.Key = args[1]
 	if len(op.Key) > s.cfg.MaxKeyBytes {
 		return op, errKeyTooLong
+	}
+	if equalFold(args[2], "POLICY") {
+		p, ok := (*s.policies.Load())[string(args[3])] // no allocation for the lookup
+		if !ok {
+			return op, "ERR unknown policy '" + truncate(args[3]) + "': define it under policies: in the --config file"
+		}
+		if p.Prefix != "" {
+			// The prefixed key lives in the session's arena until the
+			// pipeline is answered; growing the arena leaves earlier keys
+			// pointing at the old array, which stays valid.
+			start := len(sess.keys)
+			sess.keys = append(sess.keys, p.Prefix...)
+			sess.keys = append(sess.keys, op.Key...)
+			op.Key = sess.keys[start:len(sess.keys):len(sess.keys)]
+			if len(op.Key) > s.cfg.MaxKeyBytes {
+				return op, errKeyTooLong
+			}
+		}
+		op.Limit = bucket.Limit{Capacity: p.Capacity, Rate: p.Rate}
+		return op, ""
 	}
 	capacity, ok := parseNumber(args[2])
 	switch {
@@ -201,10 +245,12 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 	next := 0
 	for _, p := range sess.plan {
 		if p.kind == planError {
+			sess.tally.error(p.errKind)
 			c.WriteError(p.err)
 			continue
 		}
 		if err != nil {
+			sess.tally.error(ErrUnavailable)
 			c.WriteError(errShuttingDown)
 			continue
 		}
@@ -231,6 +277,7 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 	}
 	clear(sess.plan) // drop error strings
 	sess.plan = sess.plan[:0]
+	sess.keys = sess.keys[:0]
 }
 
 func writeDecision(c redcon.Conn, d bucket.Decision) {

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -45,8 +46,30 @@ type Config struct {
 	Limiter     Limiter
 	MaxKeyBytes int // longest key accepted (1024)
 	Limits      Limits
-	Logger      *slog.Logger // (slog.Default())
-	Version     string       // reported by INFO and HELLO ("dev")
+	// RequirePass, when set, makes clients AUTH before any other command
+	// (Redis requirepass); compared in constant time.
+	RequirePass string
+	// ProtectedMode refuses clients from non-loopback addresses while no
+	// password is set, as Redis's protected mode does.
+	ProtectedMode bool
+	// MaxClients bounds open connections; new ones beyond it get
+	// "-ERR max number of clients reached". 0 means no limit.
+	MaxClients int
+	// IdleTimeout closes a connection that sends nothing for this long.
+	// 0 means never.
+	IdleTimeout time.Duration
+	// TLS, when set, serves TLS on the client port.
+	TLS *tls.Config
+	// Reload, when set, is what CONFIG RELOAD calls; its error is reported
+	// to the client and the running configuration stays.
+	Reload  func() error
+	Logger  *slog.Logger // (slog.Default())
+	Version string       // reported by INFO and HELLO ("dev")
+	// ObservePipeline, when set, is called once per pipeline (the commands
+	// of one read) with the seconds from reading it to having every reply
+	// ready, and the number of commands. At pipeline depth 1 that is the
+	// command latency. It must be cheap and safe for concurrent use.
+	ObservePipeline func(seconds float64, commands int)
 }
 
 // Defaults of Config and Limits.
@@ -71,12 +94,10 @@ type Server struct {
 	active   sync.WaitGroup // one per open connection
 	draining atomic.Bool
 
-	nextClientID    atomic.Int64
-	connected       atomic.Int64
-	totalConns      atomic.Int64
-	totalCommands   atomic.Int64
-	protocolErrors  atomic.Int64
-	unknownCommands atomic.Int64
+	nextClientID atomic.Int64
+	n            counters
+	password     passwordCheck
+	policies     atomic.Pointer[map[string]Policy]
 }
 
 // NewServer validates cfg and fills in defaults.
@@ -102,13 +123,21 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	return &Server{cfg: cfg, started: time.Now(), conns: make(map[*guardConn]struct{})}, nil
+	s := &Server{
+		cfg:      cfg,
+		started:  time.Now(),
+		conns:    make(map[*guardConn]struct{}),
+		password: newPasswordCheck(cfg.RequirePass),
+	}
+	s.SetPolicies(nil)
+	return s, nil
 }
 
 // guardedListener wraps every accepted connection in a guardConn.
 type guardedListener struct {
 	net.Listener
-	lim *Limits
+	lim  *Limits
+	idle time.Duration
 }
 
 func (l guardedListener) Accept() (net.Conn, error) {
@@ -119,7 +148,9 @@ func (l guardedListener) Accept() (net.Conn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true) //nolint:errcheck // the default already; only fails on a closed conn
 	}
-	return newGuardConn(c, l.lim), nil
+	g := newGuardConn(c, l.lim)
+	g.idle = l.idle
+	return g, nil
 }
 
 // Serve answers clients on ln until Shutdown. It returns nil after a
@@ -137,7 +168,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
-	err := srv.Serve(guardedListener{ln, &s.cfg.Limits})
+	inner := ln
+	if s.cfg.TLS != nil {
+		inner = tls.NewListener(ln, s.cfg.TLS)
+	}
+	err := srv.Serve(guardedListener{inner, &s.cfg.Limits, s.cfg.IdleTimeout})
 	if s.draining.Load() {
 		return nil
 	}
@@ -198,6 +233,9 @@ type session struct {
 	plan   []planned
 	name   []byte
 	quit   bool
+	authed bool
+	tally  tally
+	keys   []byte // prefixed keys of this pipeline's policy commands
 }
 
 func (s *Server) accept(c redcon.Conn) bool {
@@ -205,20 +243,26 @@ func (s *Server) accept(c redcon.Conn) bool {
 	if !ok {
 		return false // cannot happen: every conn comes from guardedListener
 	}
+	if !s.admit(c, g.RemoteAddr()) {
+		s.n.rejected.Add(1)
+		return false
+	}
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
+		s.n.rejected.Add(1)
 		return false
 	}
 	s.conns[g] = struct{}{}
 	s.active.Add(1)
 	s.mu.Unlock()
-	s.connected.Add(1)
-	s.totalConns.Add(1)
+	s.n.connected.Add(1)
+	s.n.totalConns.Add(1)
 	c.SetContext(&session{
 		id:     s.nextClientID.Add(1),
 		guard:  g,
 		caller: s.cfg.Limiter.NewCaller(),
+		authed: !s.password.set,
 	})
 	return true
 }
@@ -229,13 +273,13 @@ func (s *Server) closed(c redcon.Conn, err error) {
 		return // refused in accept
 	}
 	sess.guard.closeSocket() //nolint:errcheck // may already be closed; that is the goal
-	if errors.Is(err, errGuardClosed) {
-		s.protocolErrors.Add(1)
+	if sess.guard.protoErr != "" {
+		s.n.errors[ErrProtocol].Add(1)
 	}
 	s.mu.Lock()
 	delete(s.conns, sess.guard)
 	s.mu.Unlock()
-	s.connected.Add(-1)
+	s.n.connected.Add(-1)
 	s.active.Done()
 }
 

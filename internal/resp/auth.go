@@ -1,0 +1,117 @@
+package resp
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+
+	"github.com/tidwall/redcon"
+)
+
+// Replies of the security layer, worded as Redis 7 words them.
+const (
+	errNoAuth      = "NOAUTH Authentication required."
+	errHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	errWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
+	errMaxClients  = "ERR max number of clients reached"
+	errProtected   = "DENIED bucketd is running in protected mode: no password is set (--requirepass) and this client is not on a loopback address. " +
+		"Set a password with --requirepass, or, if every host that can reach this port is trusted, start bucketd with --protected-mode=false."
+)
+
+// passwordCheck compares passwords in constant time. Hashing first makes the
+// comparison independent of the lengths too.
+type passwordCheck struct {
+	set  bool
+	hash [sha256.Size]byte
+}
+
+func newPasswordCheck(password string) passwordCheck {
+	if password == "" {
+		return passwordCheck{}
+	}
+	return passwordCheck{set: true, hash: sha256.Sum256([]byte(password))}
+}
+
+// ok reports whether user and password may log in. Like Redis's default
+// user, the only user is "default"; with no password set it accepts any
+// password.
+func (p passwordCheck) ok(user, password []byte) bool {
+	if user != nil && string(user) != "default" {
+		return false
+	}
+	if !p.set {
+		return true
+	}
+	h := sha256.Sum256(password)
+	return subtle.ConstantTimeCompare(h[:], p.hash[:]) == 1
+}
+
+// cmdAuth answers AUTH password and AUTH username password.
+func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) {
+	var user, pass []byte
+	switch len(args) {
+	case 2:
+		if !s.password.set {
+			sess.tally.error(ErrAuth)
+			c.WriteError(errNoPasswordSet)
+			return
+		}
+		pass = args[1]
+	case 3:
+		user, pass = args[1], args[2]
+	default:
+		sess.tally.error(ErrArity)
+		c.WriteError(errArity["auth"])
+		return
+	}
+	if !s.password.ok(user, pass) {
+		sess.tally.error(ErrAuth)
+		c.WriteError(errWrongPass)
+		return
+	}
+	sess.authed = true
+	c.WriteString("OK")
+}
+
+// admit decides at accept time whether a new client may connect, and
+// answers the ones it turns away: --max-clients and protected mode.
+func (s *Server) admit(c redcon.Conn, remote net.Addr) bool {
+	if s.cfg.MaxClients > 0 && s.n.connected.Load() >= int64(s.cfg.MaxClients) {
+		c.WriteError(errMaxClients)
+		return false
+	}
+	if s.cfg.ProtectedMode && !s.password.set && !isLoopbackAddr(remote) {
+		c.WriteError(errProtected)
+		return false
+	}
+	return true
+}
+
+func isLoopbackAddr(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}
+
+// Policy is a named limit from the configuration file, used by
+// TB.ACQUIRE key POLICY name: the limit lives in one place instead of in
+// every caller. Prefix, when set, is put before the key, so that one key
+// name under two policies means two buckets.
+type Policy struct {
+	Capacity float64
+	Rate     float64 // tokens per second
+	Prefix   string
+}
+
+// SetPolicies replaces the named policies; in-flight commands finish with
+// the old set. Safe for concurrent use (reloads call it).
+func (s *Server) SetPolicies(p map[string]Policy) {
+	if p == nil {
+		p = map[string]Policy{}
+	}
+	s.policies.Store(&p)
+}

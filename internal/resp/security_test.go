@@ -1,0 +1,229 @@
+package resp
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRequirePass(t *testing.T) {
+	ts := startServer(t, func(cfg *Config) { cfg.RequirePass = "s3cret" })
+	c := dialRaw(t, ts.addr)
+	for _, step := range []struct{ send, want string }{
+		{"PING\r\n", "-NOAUTH Authentication required.\r\n"},
+		{"TB.ACQUIRE k 10 1\r\n", "-NOAUTH Authentication required.\r\n"},
+		{"HELLO 2\r\n", "-" + errHelloNoAuth + "\r\n"},
+		{"AUTH wrong\r\n", "-" + errWrongPass + "\r\n"},
+		{"AUTH bob s3cret\r\n", "-" + errWrongPass + "\r\n"},
+		{"AUTH s3cret\r\n", "+OK\r\n"},
+		{"TB.ACQUIRE k 10 1\r\n", ":1\r\n"},
+	} {
+		c.send(t, step.send)
+		if got := c.line(t); got != step.want {
+			t.Fatalf("%q: got %q, want %q", step.send, got, step.want)
+		}
+	}
+	// AUTH default <password> and HELLO 2 AUTH work too.
+	c2 := dialRaw(t, ts.addr)
+	c2.send(t, "AUTH default s3cret\r\n")
+	if got := c2.line(t); got != "+OK\r\n" {
+		t.Fatalf("AUTH default: %q", got)
+	}
+	c3 := dialRaw(t, ts.addr)
+	c3.send(t, "HELLO 2 AUTH default nope\r\nHELLO 2 AUTH default s3cret\r\n")
+	if got := c3.line(t); got != "-"+errWrongPass+"\r\n" {
+		t.Fatalf("HELLO with a wrong password: %q", got)
+	}
+	if got := c3.line(t); got != "*14\r\n" {
+		t.Fatalf("HELLO 2 AUTH: %q", got)
+	}
+	// go-redis with a password: HELLO 3 gets NOPROTO, it falls back to AUTH.
+	ok := ts.client(t, func(o *redis.Options) { o.Password = "s3cret" })
+	expect(t, ok, int64(1), "TB.ACQUIRE", "k", "10", "1")
+	bad := ts.client(t, func(o *redis.Options) { o.Password = "wrong" })
+	if err := bad.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password through go-redis: %v", err)
+	}
+	if n := ts.srv.Stats().Errors[ErrAuth]; n < 5 {
+		t.Fatalf("auth errors counted: %d", n)
+	}
+}
+
+func TestNoPasswordAuthBehavesLikeRedisDefaultUser(t *testing.T) {
+	ts := startServer(t, nil)
+	c := ts.client(t)
+	expect(t, c, "ERROR "+errNoPasswordSet, "AUTH", "x")
+	expect(t, c, "OK", "AUTH", "default", "anything")
+	expect(t, c, "ERROR "+errWrongPass, "AUTH", "bob", "x")
+}
+
+func TestProtectedModeAndMaxClientsAtAdmission(t *testing.T) {
+	srv, err := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 5000}
+	local := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 5000}
+	c := &bufConn{}
+	if srv.admit(c, remote) || !strings.HasPrefix(string(c.out), "-DENIED ") {
+		t.Fatalf("protected mode let a non-loopback client in without a password: %q", c.out)
+	}
+	c.out = nil
+	if !srv.admit(c, local) || len(c.out) != 0 {
+		t.Fatalf("protected mode refused a loopback client: %q", c.out)
+	}
+	withPass, _ := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true, RequirePass: "p"})
+	if !withPass.admit(&bufConn{}, remote) {
+		t.Fatal("with a password, protected mode must admit remote clients (they still need AUTH)")
+	}
+	off, _ := NewServer(Config{Limiter: newInlineLimiter()})
+	if !off.admit(&bufConn{}, remote) {
+		t.Fatal("--protected-mode=false must admit remote clients")
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	ts := startServer(t, func(cfg *Config) { cfg.MaxClients = 2 })
+	for range 2 {
+		c := dialRaw(t, ts.addr)
+		c.send(t, "PING\r\n")
+		c.line(t)
+	}
+	third := dialRaw(t, ts.addr)
+	if got := third.line(t); got != "-"+errMaxClients+"\r\n" {
+		t.Fatalf("third client: %q", got)
+	}
+	third.expectClosed(t)
+	if st := ts.srv.Stats(); st.RejectedConnections != 1 {
+		t.Fatalf("rejected connections %d, want 1", st.RejectedConnections)
+	}
+}
+
+func TestIdleTimeoutClosesQuietClients(t *testing.T) {
+	ts := startServer(t, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
+	c := dialRaw(t, ts.addr)
+	c.send(t, "PING\r\n")
+	if c.line(t) != "+PONG\r\n" {
+		t.Fatal("no PONG")
+	}
+	start := time.Now()
+	c.expectClosed(t)
+	if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("closed after %v, want about 200ms", d)
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	ts := startServer(t, nil)
+	ts.srv.SetPolicies(map[string]Policy{
+		"api":  {Capacity: 10, Rate: 0.001},
+		"pref": {Capacity: 2, Rate: 0.001, Prefix: "p:"},
+	})
+	c := ts.client(t)
+	expect(t, c, ints(1, 9, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "WITHINFO")
+	expect(t, c, int64(1), "tb.acquire", "u", "policy", "api", "3")
+	expect(t, c, ints(1, 5, 0, 5000000), "TB.PEEK", "u", "POLICY", "api")
+	expect(t, c, "ERROR ERR unknown policy 'nope': define it under policies: in the --config file", "TB.ACQUIRE", "u", "POLICY", "nope")
+	// The prefix makes "u" under "pref" the bucket "p:u".
+	expect(t, c, int64(1), "TB.ACQUIRE", "u", "POLICY", "pref", "2")
+	expect(t, c, int64(0), "TB.ACQUIRE", "p:u", "2", "0.001")
+	// A reload that lowers the capacity clamps the bucket at its next use.
+	ts.srv.SetPolicies(map[string]Policy{"api": {Capacity: 3, Rate: 0.001}})
+	expect(t, c, ints(1, 2, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "1", "WITHINFO")
+}
+
+func TestConfigReload(t *testing.T) {
+	calls := 0
+	fail := false
+	ts := startServer(t, func(cfg *Config) {
+		cfg.Reload = func() error {
+			calls++
+			if fail {
+				return errors.New("policies.api.capacity: must be > 0")
+			}
+			return nil
+		}
+	})
+	c := ts.client(t)
+	expect(t, c, "OK", "CONFIG", "RELOAD")
+	fail = true
+	expect(t, c, "ERROR ERR reload failed, the running configuration stays: policies.api.capacity: must be > 0", "CONFIG", "RELOAD")
+	if calls != 2 {
+		t.Fatalf("Reload called %d times", calls)
+	}
+	none := startServer(t, nil)
+	expect(t, none.client(t), "ERROR ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", "CONFIG", "RELOAD")
+}
+
+// selfSigned makes a certificate for 127.0.0.1 signed by itself, usable as
+// both the server certificate and the CA that trusts it.
+func selfSigned(t testing.TB, cn string) (tls.Certificate, *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf
+}
+
+func TestTLSAndMutualTLS(t *testing.T) {
+	serverCert, serverCA := selfSigned(t, "bucketd")
+	clientCert, clientCA := selfSigned(t, "client")
+	pool := x509.NewCertPool()
+	pool.AddCert(serverCA)
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(clientCA)
+	ts := startServer(t, func(cfg *Config) {
+		cfg.TLS = &tls.Config{
+			Certificates: []tls.Certificate{serverCert},
+			ClientCAs:    clientPool,
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			MinVersion:   tls.VersionTLS12,
+		}
+	})
+	good := ts.client(t, func(o *redis.Options) {
+		o.TLSConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
+	})
+	expect(t, good, int64(1), "TB.ACQUIRE", "tls", "1", "1")
+	anon := ts.client(t, func(o *redis.Options) {
+		o.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	})
+	if err := anon.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("a client without a certificate got through mutual TLS")
+	}
+	plain := ts.client(t)
+	if err := plain.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("a plaintext client got an answer from the TLS port")
+	}
+}
