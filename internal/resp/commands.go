@@ -18,6 +18,7 @@ const (
 	cmdAcquire
 	cmdPeek
 	cmdReset
+	cmdThrottle
 	cmdPing
 	cmdEcho
 	cmdQuit
@@ -45,6 +46,7 @@ var commandTable = []commandSpec{
 	{cmdAcquire, "TB.ACQUIRE", -4, []string{"write", "fast"}, 1, 1, 1},
 	{cmdPeek, "TB.PEEK", -4, []string{"readonly", "fast"}, 1, 1, 1},
 	{cmdReset, "TB.RESET", -2, []string{"write"}, 1, -1, 1},
+	{cmdThrottle, "CL.THROTTLE", -5, []string{"write", "fast"}, 1, 1, 1},
 	{cmdPing, "PING", -1, []string{"fast", "stale"}, 0, 0, 0},
 	{cmdEcho, "ECHO", 2, []string{"fast"}, 0, 0, 0},
 	{cmdQuit, "QUIT", -1, []string{"fast", "noauth"}, 0, 0, 0},

@@ -18,6 +18,12 @@ const (
 	errShuttingDown     = "ERR server is shutting down, retry on another instance"
 	errNoPasswordSet    = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	errClientName       = "ERR Client names cannot contain spaces, newlines or special characters."
+	errWrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value (CL.THROTTLE and TB.* keys cannot be mixed)"
+	errThrottleBurst    = "ERR invalid max_burst: must be an integer >= 0"
+	errThrottleCount    = "ERR invalid count per period: must be an integer >= 1"
+	errThrottlePeriod   = "ERR invalid period: must be an integer number of seconds >= 1"
+	errThrottleQuantity = "ERR invalid quantity: must be an integer >= 0"
+	errThrottleRange    = "ERR CL.THROTTLE parameters too large: period × (max_burst+1) or period × quantity overflows"
 )
 
 // Wrong-arity replies, one per command, as Redis words them.
@@ -32,7 +38,7 @@ func arityError(name string) string {
 
 func init() {
 	for _, name := range []string{
-		"tb.acquire", "tb.peek", "tb.reset", "ping", "echo", "select", "hello",
+		"tb.acquire", "tb.peek", "tb.reset", "cl.throttle", "ping", "echo", "select", "hello",
 		"client", "command", "info", "dbsize", "config", "auth", "quit",
 		"client|setname", "client|getname", "client|id", "client|setinfo",
 		"command|count", "command|info", "config|get", "config|reload",

@@ -17,6 +17,7 @@ const (
 	planAcquireInfo                 // one op; reply the four WITHINFO integers
 	planPeek                        // one op; reply the four integers
 	planReset                       // n ops; reply the number removed
+	planThrottle                    // one op; reply CL.THROTTLE's five integers
 	planError                       // no op; reply err
 )
 
@@ -81,6 +82,8 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 		s.planPeek(sess, args)
 	case cmdReset:
 		s.planReset(sess, args)
+	case cmdThrottle:
+		s.planThrottle(sess, args)
 	default:
 		s.flushPlan(c, sess)
 		s.execOther(c, sess, id, args)
@@ -256,6 +259,11 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 		}
 		rs := results[next : next+int(p.ops)]
 		next += int(p.ops)
+		if p.kind != planReset && rs[0].WrongType {
+			sess.tally.error(ErrInvalidArg)
+			c.WriteError(errWrongType)
+			continue
+		}
 		switch p.kind {
 		case planAcquire:
 			if rs[0].Decision.Allowed {
@@ -265,6 +273,18 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 			}
 		case planAcquireInfo, planPeek:
 			writeDecision(c, rs[0].Decision)
+		case planThrottle:
+			r := rs[0].Throttle
+			c.WriteArray(5)
+			if r.Limited {
+				c.WriteInt(1)
+			} else {
+				c.WriteInt(0)
+			}
+			c.WriteInt64(r.Limit)
+			c.WriteInt64(r.Remaining)
+			c.WriteInt64(r.RetryAfterSec)
+			c.WriteInt64(r.ResetAfterSec)
 		case planReset:
 			removed := 0
 			for _, r := range rs {
@@ -290,4 +310,47 @@ func writeDecision(c redcon.Conn, d bucket.Decision) {
 	c.WriteInt64(d.Remaining)
 	c.WriteInt64(d.RetryAfterMs)
 	c.WriteInt64(d.ResetAfterMs)
+}
+
+// planThrottle parses CL.THROTTLE key max_burst count_per_period period
+// [quantity], redis-cell's command, whose reply it reproduces exactly.
+func (s *Server) planThrottle(sess *session, args [][]byte) {
+	if len(args) < 5 || len(args) > 6 {
+		sess.fail(errArity["cl.throttle"])
+		return
+	}
+	key := args[1]
+	if len(key) > s.cfg.MaxKeyBytes {
+		sess.fail(errKeyTooLong)
+		return
+	}
+	maxBurst, ok := parseInt(args[2])
+	if !ok || maxBurst < 0 {
+		sess.fail(errThrottleBurst)
+		return
+	}
+	count, ok := parseInt(args[3])
+	if !ok || count < 1 {
+		sess.fail(errThrottleCount)
+		return
+	}
+	period, ok := parseInt(args[4])
+	if !ok || period < 1 {
+		sess.fail(errThrottlePeriod)
+		return
+	}
+	quantity := int64(1)
+	if len(args) == 6 {
+		if quantity, ok = parseInt(args[5]); !ok || quantity < 0 {
+			sess.fail(errThrottleQuantity)
+			return
+		}
+	}
+	q, ok := bucket.NewGCRA(maxBurst, count, period, quantity)
+	if !ok {
+		sess.fail(errThrottleRange)
+		return
+	}
+	sess.caller.Add(shard.Op{Kind: shard.Throttle, Key: key, Throttle: q})
+	sess.plan = append(sess.plan, planned{kind: planThrottle, ops: 1})
 }

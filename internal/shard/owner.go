@@ -11,8 +11,19 @@ import (
 // the sweeper can tell when the bucket is full again.
 type entry struct {
 	key   string
-	state bucket.State
+	state bucket.State // for a GCRA entry, state.Last is the TAT in nanoseconds
 	limit bucket.Limit
+	gcra  bool // a CL.THROTTLE key
+}
+
+// full reports whether the entry holds no information any more at now
+// (microseconds): a token bucket refilled to capacity, or a GCRA whose
+// theoretical arrival time has passed.
+func (e *entry) full(now int64) bool {
+	if e.gcra {
+		return e.state.Last <= now*1000
+	}
+	return e.state.IsFull(e.limit, now)
 }
 
 // shard is one single-writer partition. Everything except the atomics and
@@ -85,17 +96,37 @@ func (s *shard) answer(b *Batch) {
 		op := &b.Ops[i]
 		switch op.Kind {
 		case Acquire:
-			d := s.acquire(op, now)
-			b.Results[i] = Result{Decision: d}
-			if d.Allowed {
+			r := s.acquire(op, now)
+			b.Results[i] = r
+			switch {
+			case r.WrongType:
+			case r.Decision.Allowed:
 				allowed++
-			} else {
+			default:
 				denied++
 			}
 		case Peek:
-			st, ok := s.lookup(op.Key)
+			idx, ok := s.index[string(op.Key)]
+			if ok && s.entries[idx].gcra {
+				b.Results[i] = Result{WrongType: true}
+				continue
+			}
+			var st bucket.State
+			if ok {
+				st = s.entries[idx].state
+			}
 			b.Results[i] = Result{Decision: bucket.Peek(st, ok, op.Limit, op.Cost, now)}
 			peeks++
+		case Throttle:
+			r := s.throttle(op, now)
+			b.Results[i] = r
+			switch {
+			case r.WrongType:
+			case r.Throttle.Limited:
+				denied++
+			default:
+				allowed++
+			}
 		case Reset:
 			removed := s.reset(op.Key, now)
 			b.Results[i] = Result{Removed: removed}
@@ -123,39 +154,57 @@ func (s *shard) count(allowed, denied, peeks, resets int64) {
 	}
 }
 
-func (s *shard) lookup(key []byte) (bucket.State, bool) {
-	if i, ok := s.index[string(key)]; ok { // no allocation: the compiler special-cases this
-		return s.entries[i].state, true
-	}
-	return bucket.State{}, false
-}
-
 // acquire runs one Acquire op and stores the outcome: a bucket left full is
 // deleted (or never created), anything else is kept with the op's limit.
-func (s *shard) acquire(op *Op, now int64) bucket.Decision {
+// The map lookups with string(op.Key) do not allocate: the compiler
+// special-cases them.
+func (s *shard) acquire(op *Op, now int64) Result {
 	i, exists := s.index[string(op.Key)]
 	var st bucket.State
 	if exists {
+		if s.entries[i].gcra {
+			return Result{WrongType: true}
+		}
 		st = s.entries[i].state
 	}
 	next, d := bucket.Acquire(st, exists, op.Limit, op.Cost, now)
 	if op.Cost == 0 {
-		return d // a peek: nothing stored, nothing created
+		return Result{Decision: d} // a peek: nothing stored, nothing created
 	}
-	full := next.Tokens >= op.Limit.Capacity
+	s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit})
+	return Result{Decision: d}
+}
+
+// throttle runs one CL.THROTTLE op on a GCRA entry.
+func (s *shard) throttle(op *Op, now int64) Result {
+	i, exists := s.index[string(op.Key)]
+	var tat int64
+	if exists {
+		if !s.entries[i].gcra {
+			return Result{WrongType: true}
+		}
+		tat = s.entries[i].state.Last
+	}
+	newTat, keep, r := bucket.Throttle(tat, exists, op.Throttle, now*1000)
+	s.store(op, i, exists, !keep, entry{state: bucket.State{Last: newTat}, gcra: true})
+	return Result{Throttle: r}
+}
+
+// store writes e (state and limit) for op.Key: deletes the entry when the
+// result is full, updates it in place, or creates it.
+func (s *shard) store(op *Op, i int32, exists, full bool, e entry) {
 	switch {
 	case exists && full:
 		s.removeAt(i)
 	case exists:
-		e := &s.entries[i]
-		e.state, e.limit = next, op.Limit
+		e.key = s.entries[i].key
+		s.entries[i] = e
 	case !full:
-		key := string(op.Key) // the one allocation: a new bucket's key
-		s.index[key] = int32(len(s.entries))
-		s.entries = append(s.entries, entry{key: key, state: next, limit: op.Limit})
+		e.key = string(op.Key) // the one allocation: a new bucket's key
+		s.index[e.key] = int32(len(s.entries))
+		s.entries = append(s.entries, e)
 		s.live.Add(1)
 	}
-	return d
 }
 
 // reset forgets key and reports whether a bucket existed. A bucket that has
@@ -166,8 +215,7 @@ func (s *shard) reset(key []byte, now int64) bool {
 	if !ok {
 		return false
 	}
-	e := &s.entries[i]
-	existed := !e.state.IsFull(e.limit, now)
+	existed := !s.entries[i].full(now)
 	s.removeAt(i)
 	if !existed {
 		s.expired.Add(1)
@@ -206,8 +254,7 @@ func (s *shard) sweep(now int64) {
 			s.cursor = 0
 			s.passes.Add(1)
 		}
-		e := &s.entries[s.cursor]
-		if e.state.IsFull(e.limit, now) {
+		if s.entries[s.cursor].full(now) {
 			s.removeAt(int32(s.cursor)) // the last entry moves here: look at it next
 			s.expired.Add(1)
 			continue

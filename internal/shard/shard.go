@@ -20,22 +20,29 @@ const (
 	Peek
 	// Reset forgets the bucket (TB.RESET); Result.Removed says whether it existed.
 	Reset
+	// Throttle runs redis-cell's CL.THROTTLE with Op.Throttle.
+	Throttle
 )
 
 // Op is one operation on one bucket. Key is only read until the Batch that
 // carries the Op is answered, so it may point into a connection's read
 // buffer; the shard copies it when it creates a bucket.
 type Op struct {
-	Key   []byte
-	Limit bucket.Limit
-	Cost  float64
-	Kind  Kind
+	Key      []byte
+	Limit    bucket.Limit
+	Cost     float64
+	Throttle bucket.GCRA // for Kind Throttle
+	Kind     Kind
 }
 
 // Result is the answer to one Op.
 type Result struct {
-	Decision bucket.Decision // for Acquire and Peek
-	Removed  bool            // for Reset: the bucket existed and was removed
+	Decision bucket.Decision       // for Acquire and Peek
+	Throttle bucket.ThrottleResult // for Throttle
+	Removed  bool                  // for Reset: the bucket existed and was removed
+	// WrongType: the key holds a CL.THROTTLE state and the op is a token
+	// bucket one, or the other way round. Nothing was changed.
+	WrongType bool
 }
 
 // Batch carries all of one caller's operations for one shard in one message,
