@@ -1,7 +1,7 @@
 // Command bucketd is a token-bucket rate limiter that speaks the Redis
-// protocol. main only parses flags, wires the packages together and handles
-// signals; the work happens in internal/resp, internal/shard and
-// internal/bucket.
+// protocol. main only loads the configuration, wires the packages together
+// and handles signals; the work happens in internal/resp, internal/shard,
+// internal/bucket, internal/config and internal/metrics.
 package main
 
 import (
@@ -12,15 +12,21 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/config"
+	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -28,114 +34,137 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "bucketd:", err)
-		}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0) // the usage was asked for and printed
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bucketd:", err)
 		os.Exit(2)
 	}
 }
 
-// config is the validated command line.
-type config struct {
-	addr            string
-	shards          int
-	maxKeyBytes     int
-	maxQueryBytes   int
-	maxArgs         int
-	shutdownTimeout time.Duration
-	logLevel        slog.Level
-	logFormat       string
-}
-
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	var cfg config
-	fs := flag.NewFlagSet("bucketd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bucketd [flags]\n\nA token-bucket rate limiter that speaks the Redis protocol.\nTry: redis-cli -p 6380 TB.ACQUIRE user:1 10 1\n\nFlags:\n")
-		fs.PrintDefaults()
-		fmt.Fprintf(stderr, "\nEnvironment: GOMAXPROCS sets the number of OS threads running Go code (default: all CPUs).\n")
-	}
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:6380", "`host:port` to listen on for Redis clients; loopback only unless told otherwise")
-	fs.IntVar(&cfg.shards, "shards", shard.DefaultShards(runtime.GOMAXPROCS(0)), "number of bucket shards, each owned by one goroutine (rounded up to a power of two)")
-	fs.IntVar(&cfg.maxKeyBytes, "max-key-bytes", resp.DefaultMaxKeyBytes, "longest key accepted; longer keys get -ERR key too long")
-	fs.IntVar(&cfg.maxQueryBytes, "max-query-bytes", resp.DefaultMaxQueryBytes, "most bytes of one unfinished command a connection may buffer before it gets a protocol error and is closed")
-	fs.IntVar(&cfg.maxArgs, "max-args", resp.DefaultMaxArgs, "most arguments in one command")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for connections to finish")
-	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: bucketd takes only flags (see --help)", fs.Arg(0))
-	}
-	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return cfg, fmt.Errorf("--log-level %q: use debug, info, warn or error", *level)
-	}
-	switch {
-	case cfg.logFormat != "text" && cfg.logFormat != "json":
-		return cfg, fmt.Errorf("--log-format %q: use text or json", cfg.logFormat)
-	case cfg.shards < 1 || cfg.shards > 1<<16:
-		return cfg, fmt.Errorf("--shards %d: use a number from 1 to 65536", cfg.shards)
-	case cfg.maxKeyBytes < 1:
-		return cfg, fmt.Errorf("--max-key-bytes %d: must be at least 1", cfg.maxKeyBytes)
-	case cfg.maxQueryBytes < 1024:
-		return cfg, fmt.Errorf("--max-query-bytes %d: must be at least 1024", cfg.maxQueryBytes)
-	case cfg.maxArgs < 6:
-		return cfg, fmt.Errorf("--max-args %d: must be at least 6 (TB.ACQUIRE key capacity rate cost WITHINFO)", cfg.maxArgs)
-	case cfg.shutdownTimeout <= 0:
-		return cfg, fmt.Errorf("--shutdown-timeout %v: must be positive", cfg.shutdownTimeout)
-	}
-	return cfg, nil
-}
-
 // run starts bucketd and serves until ctx is cancelled, then shuts down
 // gracefully: stop accepting, answer what is in flight, stop the shards.
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseFlags(args, stderr)
+// `bucketd healthcheck` instead asks a running bucketd's /healthz.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(args[1:], getenv)
+	}
+	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, stderr)
+	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
+	logger := newLogger(cfg.LogFormat, level, stderr)
+	if cfg.Replicate != "" || cfg.Store != "" || len(cfg.StoreCluster) > 0 {
+		return errors.New("--replicate, --store and --store-cluster are not available in this build yet; run without them (memory mode)")
+	}
+	tlsConf, err := cfg.TLSConfig()
+	if err != nil {
+		return err
+	}
 
-	group := shard.New(shard.Config{Shards: cfg.shards})
+	group := shard.New(shard.Config{Shards: cfg.Shards})
 	defer group.Close()
-	srv, err := resp.NewServer(resp.Config{
-		Limiter:     resp.Shards(group),
-		MaxKeyBytes: cfg.maxKeyBytes,
-		Limits: resp.Limits{
-			MaxQueryBytes: cfg.maxQueryBytes,
-			MaxArgs:       cfg.maxArgs,
-		},
-		Logger:  logger,
-		Version: version,
+
+	reg := prometheus.NewRegistry()
+	var srv *resp.Server
+	m, err := metrics.New(reg, metrics.Sources{
+		Shards:      group.Stats,
+		QueueDepths: group.QueueDepths,
+		Server:      func() resp.ServerStats { return srv.Stats() },
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.addr)
+	if err := metrics.RegisterRuntime(reg); err != nil {
+		return err
+	}
+
+	rl := &reloader{current: cfg, level: level, logger: logger, getenv: getenv}
+	serverCfg := resp.Config{
+		Limiter:     resp.Shards(group),
+		MaxKeyBytes: cfg.MaxKeyBytes,
+		Limits: resp.Limits{
+			MaxQueryBytes: cfg.MaxQueryBytes,
+			MaxArgs:       cfg.MaxArgs,
+		},
+		RequirePass:     cfg.RequirePass,
+		ProtectedMode:   cfg.ProtectedMode,
+		MaxClients:      cfg.MaxClients,
+		IdleTimeout:     cfg.IdleTimeout,
+		TLS:             tlsConf,
+		Logger:          logger,
+		Version:         version,
+		ObservePipeline: m.ObservePipeline,
+	}
+	if cfg.File != "" {
+		serverCfg.Reload = rl.reload
+	}
+	srv, err = resp.NewServer(serverCfg)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w (is another server using the port? choose one with --addr)", cfg.addr, err)
+		return err
 	}
-	if !isLoopback(ln.Addr()) {
-		logger.Warn("listening beyond loopback: any host that can reach this address can use and reset your limits", "addr", ln.Addr().String())
+	rl.srv = srv
+	srv.SetPolicies(respPolicies(cfg.Policies))
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server using the port? choose one with --addr)", cfg.Addr, err)
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "shards", group.Len(), "gomaxprocs", runtime.GOMAXPROCS(0), "version", version)
+	if !isLoopback(ln.Addr()) && cfg.RequirePass == "" {
+		if cfg.ProtectedMode {
+			logger.Warn("LISTENING BEYOND LOOPBACK WITHOUT A PASSWORD: protected mode refuses every non-loopback client; set --requirepass to let them in",
+				"addr", ln.Addr().String())
+		} else {
+			logger.Warn("LISTENING BEYOND LOOPBACK WITHOUT A PASSWORD AND WITH PROTECTED MODE OFF: any host that can reach this address can spend and reset your limits",
+				"addr", ln.Addr().String())
+		}
+	}
+
+	var ready atomic.Bool
+	var metricsSrv *metrics.Server
+	if cfg.MetricsAddr != "" {
+		metricsSrv, err = metrics.Start(cfg.MetricsAddr, metrics.Handler(reg, ready.Load), logger)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics on %s: %w (choose another with --metrics-addr, or disable with --metrics-addr=)", cfg.MetricsAddr, err)
+		}
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if cfg.File == "" {
+				logger.Warn("SIGHUP ignored: no --config file to reload")
+				continue
+			}
+			rl.reload() //nolint:errcheck // reload logs its own outcome
+		}
+	}()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	ready.Store(true)
+	attrs := []any{"addr", ln.Addr().String(), "shards", group.Len(), "gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", tlsConf != nil}
+	if metricsSrv != nil {
+		attrs = append(attrs, "metrics", metricsSrv.Addr().String())
+	}
+	logger.Info("listening", attrs...)
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	ready.Store(false)
+	logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Warn("connections did not finish in time; closed them", "err", err)
@@ -144,13 +173,56 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Warn("serve ended with an error", "err", err)
 	}
 	group.Close()
+	if metricsSrv != nil {
+		if err := metricsSrv.Shutdown(shutdownCtx); err != nil {
+			logger.Warn("metrics server did not stop cleanly", "err", err)
+		}
+	}
 	logger.Info("stopped")
 	return nil
 }
 
-func newLogger(cfg config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.logLevel}
-	if cfg.logFormat == "json" {
+// reloader applies a new configuration file on SIGHUP or CONFIG RELOAD:
+// policies and the log level change live; a broken file leaves everything
+// as it was.
+type reloader struct {
+	mu      sync.Mutex
+	current config.Config
+	srv     *resp.Server
+	level   *slog.LevelVar
+	logger  *slog.Logger
+	getenv  func(string) string
+}
+
+func (r *reloader) reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next, restart, err := r.current.Reload(r.getenv)
+	if err != nil {
+		r.logger.Error("configuration reload failed; the running configuration stays", "file", r.current.File, "err", err)
+		return err
+	}
+	r.srv.SetPolicies(respPolicies(next.Policies))
+	r.level.Set(next.LogLevel)
+	r.current = next
+	r.logger.Info("configuration reloaded", "file", next.File, "policies", len(next.Policies))
+	if len(restart) > 0 {
+		r.logger.Warn("some changed settings take effect only after a restart", "settings", strings.Join(restart, ","))
+	}
+	return nil
+}
+
+func respPolicies(in map[string]config.Policy) map[string]resp.Policy {
+	out := make(map[string]resp.Policy, len(in))
+	for name, p := range in {
+		out[name] = resp.Policy{Capacity: p.Capacity, Rate: p.Rate, Prefix: p.Prefix}
+	}
+	return out
+}
+
+func newLogger(format string, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
@@ -158,5 +230,42 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 
 func isLoopback(a net.Addr) bool {
 	tcp, ok := a.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback() || strings.HasPrefix(a.String(), "localhost:")
+	return ok && tcp.IP.IsLoopback()
+}
+
+// healthcheck implements `bucketd healthcheck [URL]`, for container
+// HEALTHCHECKs in images without curl: GET the health endpoint, succeed on
+// 200. Without a URL it asks /healthz on BUCKETD_METRICS_ADDR (default
+// 127.0.0.1:9380), reaching a wildcard address through loopback.
+func healthcheck(args []string, getenv func(string) string) error {
+	url := ""
+	switch len(args) {
+	case 0:
+		addr := getenv("BUCKETD_METRICS_ADDR")
+		if addr == "" {
+			addr = "127.0.0.1:9380"
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("healthcheck: BUCKETD_METRICS_ADDR %q: %w", addr, err)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		url = "http://" + net.JoinHostPort(host, port) + "/healthz"
+	case 1:
+		url = args[0]
+	default:
+		return errors.New("usage: bucketd healthcheck [URL]")
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	res, err := client.Get(url)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %s", url, res.Status)
+	}
+	return nil
 }

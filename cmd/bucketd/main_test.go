@@ -61,11 +61,12 @@ func requireTool(t *testing.T, name string) string {
 
 // process is a running bucketd binary.
 type process struct {
-	cmd    *exec.Cmd
-	addr   string
-	port   string
-	stderr *logBuffer
-	exited chan error
+	cmd     *exec.Cmd
+	addr    string
+	port    string
+	metrics string
+	stderr  *logBuffer
+	exited  chan error
 }
 
 // logBuffer collects the binary's log lines; a goroutine writes while the
@@ -87,13 +88,13 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-var listenLine = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:(\d+))`)
+var listenLine = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:(\d+)).* metrics=(127\.0\.0\.1:\d+)`)
 
 // startBinary runs bucketd on 127.0.0.1:0 and waits for its "listening" log
 // line to learn the port.
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
@@ -124,7 +125,7 @@ func startBinary(t *testing.T, args ...string) *process {
 	})
 	select {
 	case m := <-found:
-		p.addr, p.port = m[1], m[2]
+		p.addr, p.port, p.metrics = m[1], m[2], m[3]
 	case err := <-p.exited:
 		t.Fatalf("bucketd exited before listening: %v\n%s", err, p.stderr)
 	case <-time.After(20 * time.Second):
@@ -229,36 +230,30 @@ func TestSignalsShutDownGracefullyWithExitZero(t *testing.T) {
 	}
 }
 
-func TestFlags(t *testing.T) {
-	cfg, err := parseFlags(nil, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.addr != "127.0.0.1:6380" || cfg.maxKeyBytes != 1024 || cfg.maxQueryBytes != 64<<20 {
-		t.Fatalf("defaults: %+v", cfg)
-	}
-	for _, bad := range [][]string{
-		{"--shards", "0"}, {"--max-key-bytes", "0"}, {"--max-query-bytes", "10"}, {"--max-args", "5"},
-		{"--log-level", "loud"}, {"--log-format", "xml"}, {"--nope"}, {"extra"}, {"--shutdown-timeout", "0s"},
-	} {
-		if _, err := parseFlags(bad, io.Discard); err == nil {
-			t.Errorf("flags %q accepted", bad)
-		}
-	}
+func TestHelpAndBadFlags(t *testing.T) {
 	var help bytes.Buffer
-	if _, err := parseFlags([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) {
+	if err := run(context.Background(), []string{"--help"}, noEnv, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, f := range []string{"-addr", "-shards", "-max-key-bytes", "-max-query-bytes", "-max-args", "-shutdown-timeout", "-log-level", "-log-format", "GOMAXPROCS"} {
+	for _, f := range []string{"--addr", "--shards", "--max-key-bytes", "--max-query-bytes", "--max-args", "--shutdown-timeout",
+		"--log-level", "--log-format", "--metrics-addr", "--requirepass", "--tls-cert", "--protected-mode", "--max-clients",
+		"--idle-timeout", "--config", "BUCKETD_ADDR", "GOMAXPROCS"} {
 		if !strings.Contains(help.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}
 	}
+	for _, bad := range [][]string{{"--shards", "0"}, {"--max-args", "5"}, {"--log-level", "loud"}, {"--nope"}, {"extra"}} {
+		if err := run(context.Background(), bad, noEnv, io.Discard); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("flags %q: %v", bad, err)
+		}
+	}
 }
+
+func noEnv(string) string { return "" }
 
 func TestRunFailsClearlyWhenThePortIsTaken(t *testing.T) {
 	p := startBinary(t)
-	err := run(context.Background(), []string{"--addr", p.addr}, io.Discard)
+	err := run(context.Background(), []string{"--addr", p.addr, "--metrics-addr="}, noEnv, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--addr") {
 		t.Fatalf("second server on %s: %v", p.addr, err)
 	}

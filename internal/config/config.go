@@ -1,0 +1,367 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Config is bucketd's complete, validated configuration. Get one from Load
+// (or Default, in tests) and a fresher one from Reload. The zero Config is
+// not valid. A Config is a value, safe to read from many goroutines; do not
+// modify its Policies map or StoreCluster slice, which copies share.
+type Config struct {
+	Addr            string        // Redis protocol listen address, host:port
+	Shards          int           // 1..65536; the shard package rounds up to a power of two
+	MaxKeyBytes     int           // >= 1
+	MaxQueryBytes   int           // >= 1024
+	MaxArgs         int           // >= 6
+	ShutdownTimeout time.Duration // > 0
+	LogLevel        slog.Level    // debug, info, warn or error; applies live on reload
+	LogFormat       string        // "text" or "json"
+	MetricsAddr     string        // HTTP listen address for /metrics; "" disables
+
+	RequirePass   string        // "" means no password
+	TLSCert       string        // PEM file; set together with TLSKey or not at all
+	TLSKey        string        // PEM file
+	TLSCACert     string        // PEM file of client CAs; needs TLSCert; turns on mutual TLS
+	ProtectedMode bool          // with no RequirePass, refuse non-loopback clients
+	MaxClients    int           // 0 means no limit
+	IdleTimeout   time.Duration // 0 means never; else >= 1s
+
+	Replicate       string        // redis:// or rediss:// URL; "" disables
+	ReplicatePrefix string        // key prefix in the replicate Redis
+	ReplicateQueue  int           // >= 1
+	Store           string        // redis:// or rediss:// URL; "" means buckets live in memory
+	StoreCluster    []string      // host:port seed nodes of a Redis Cluster; nil when unset
+	RedisTimeout    time.Duration // > 0; bounds every reply from Redis
+	OnRedisError    string        // "allow" or "deny"
+
+	// Policies maps a policy name to its limits; empty (not nil) when the
+	// file names none. Applies live on reload.
+	Policies map[string]Policy
+
+	// File is the config file read, from --config or BUCKETD_CONFIG; ""
+	// when there is none. A reload reads the same file.
+	File string
+
+	in      inputs
+	sources map[string]string // setting name -> label of the source that set it last
+}
+
+// Policy is a named set of limits that TB.ACQUIRE … POLICY name uses instead
+// of explicit numbers.
+type Policy struct {
+	// Capacity is the most tokens the bucket holds (the burst), > 0 and
+	// <= 1e15.
+	Capacity float64 `yaml:"capacity"`
+	// Rate is the refill in tokens per second, > 0 and <= 1e15.
+	Rate float64 `yaml:"rate"`
+	// Prefix, when not empty, is put in front of every key acquired with
+	// this policy, so one client key under two policies names two buckets.
+	Prefix string `yaml:"prefix"`
+}
+
+// inputs are what Load fixes once and every Reload reuses.
+type inputs struct {
+	flags         map[string]string // raw flag values by setting name
+	fileFrom      string            // "--config" or "BUCKETD_CONFIG"
+	defaultShards int
+}
+
+// DefaultShards is the default of shards: two per GOMAXPROCS, within 1..65536.
+func DefaultShards() int {
+	return min(maxShards, max(1, 2*runtime.GOMAXPROCS(0)))
+}
+
+// Default returns the configuration bucketd runs with when no flag,
+// environment variable or file says otherwise.
+func Default() Config {
+	return defaults(DefaultShards())
+}
+
+func defaults(shards int) Config {
+	return Config{
+		Addr:            "127.0.0.1:6380",
+		Shards:          shards,
+		MaxKeyBytes:     1024,
+		MaxQueryBytes:   64 << 20,
+		MaxArgs:         1 << 20,
+		ShutdownTimeout: 10 * time.Second,
+		LogLevel:        slog.LevelInfo,
+		LogFormat:       "text",
+		MetricsAddr:     "127.0.0.1:9380",
+		ProtectedMode:   true,
+		MaxClients:      10000,
+		ReplicatePrefix: "tb:",
+		ReplicateQueue:  1 << 16,
+		RedisTimeout:    50 * time.Millisecond,
+		OnRedisError:    "deny",
+		Policies:        map[string]Policy{},
+		in:              inputs{defaultShards: shards},
+	}
+}
+
+// Load parses args (without the program name), reads the environment
+// through getenv (os.Getenv in production; nil means an empty environment)
+// and the config file named by --config or BUCKETD_CONFIG, and returns the
+// combined, validated Config. A flag wins over an environment variable, an
+// environment variable over the file, the file over the default; an empty
+// environment variable counts as unset.
+//
+// --help writes the usage to stderr and returns an error that is
+// flag.ErrHelp. Flag syntax errors are also reported on stderr, by the flag
+// package. All other errors name their source and say what to do.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	in := inputs{flags: map[string]string{}, defaultShards: DefaultShards()}
+	fs := flag.NewFlagSet("bucketd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { writeUsage(stderr, in.defaultShards) }
+	record := func(name string) func(string) error {
+		return func(v string) error { in.flags[name] = v; return nil }
+	}
+	fs.Func("config", "", record("config"))
+	for _, s := range settings {
+		if s.flag {
+			fs.BoolFunc(s.name, s.usage, record(s.name))
+		} else {
+			fs.Func(s.name, s.usage, record(s.name))
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		hint := ""
+		if _, isBool := parseBool(fs.Arg(0)); isBool {
+			hint = "; give a boolean flag its value with =, as in --protected-mode=false"
+		}
+		return Config{}, fmt.Errorf("unexpected argument %q: bucketd takes only flags (see --help)%s", fs.Arg(0), hint)
+	}
+
+	c := Config{in: in}
+	if p, ok := in.flags["config"]; ok {
+		if p == "" {
+			return Config{}, errors.New(`--config "": give the path of a YAML config file, or leave the flag out`)
+		}
+		c.File, c.in.fileFrom = p, "--config"
+		delete(c.in.flags, "config")
+	} else if p := getenv("BUCKETD_CONFIG"); p != "" {
+		c.File, c.in.fileFrom = p, "BUCKETD_CONFIG"
+	}
+	return c.load(getenv)
+}
+
+// Reload reads the config file and the environment again, keeping the
+// flags and the file path Load saw, and validates the result as Load does.
+//
+// On success it returns the Config now in effect: Policies and LogLevel as
+// the sources now say (they apply live), and every other setting unchanged
+// from c, because those take effect only at a restart. restart lists, in
+// --help order, the names of those other settings whose sources now differ
+// from c, so the caller can log that a restart is needed; the returned
+// Config can be reloaded again and reports them again until the restart.
+//
+// On error (an unreadable or invalid file, an invalid environment variable)
+// it returns c unchanged and the error; the caller keeps running with c.
+// Pass the same getenv as to Load.
+func (c Config) Reload(getenv func(string) string) (next Config, restart []string, err error) {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	n, err := c.load(getenv)
+	if err != nil {
+		return c, nil, err
+	}
+	for i := range settings {
+		s := &settings[i]
+		if !s.live && s.get(&c) != s.get(&n) {
+			restart = append(restart, s.name)
+		}
+	}
+	next = c
+	next.LogLevel = n.LogLevel
+	next.Policies = n.Policies
+	next.sources = maps.Clone(c.sources)
+	if next.sources == nil {
+		next.sources = map[string]string{}
+	}
+	for _, name := range []string{"log-level", "policies"} {
+		if v, ok := n.sources[name]; ok {
+			next.sources[name] = v
+		} else {
+			delete(next.sources, name)
+		}
+	}
+	return next, restart, nil
+}
+
+// load builds a Config from the defaults, c.File, getenv and c.in.flags.
+func (c Config) load(getenv func(string) string) (Config, error) {
+	shards := c.in.defaultShards
+	if shards == 0 {
+		shards = DefaultShards()
+	}
+	n := defaults(shards)
+	n.in = c.in
+	n.in.defaultShards = shards
+	n.File = c.File
+	n.sources = map[string]string{}
+
+	if n.File != "" {
+		f, err := readFile(n.File, n.in.fileFrom)
+		if err != nil {
+			return Config{}, err
+		}
+		for _, e := range f.values {
+			s := byName[e.key]
+			if err := s.set(&n, e.value); err != nil {
+				return Config{}, fmt.Errorf("%s:%d: %s %s: %w", n.File, e.line, e.key, s.quote(e.value), err)
+			}
+			n.sources[e.key] = fmt.Sprintf("%s:%d", n.File, e.line)
+		}
+		if f.policies != nil {
+			n.Policies = f.policies
+			n.sources["policies"] = fmt.Sprintf("%s:%d", n.File, f.policiesLine)
+		}
+	}
+	for i := range settings {
+		s := &settings[i]
+		env := envName(s.name)
+		if v := getenv(env); v != "" {
+			if err := s.set(&n, v); err != nil {
+				return Config{}, fmt.Errorf("%s=%s: %w", env, s.quote(v), err)
+			}
+			n.sources[s.name] = env
+		}
+	}
+	for i := range settings {
+		s := &settings[i]
+		if v, ok := n.in.flags[s.name]; ok {
+			if err := s.set(&n, v); err != nil {
+				return Config{}, fmt.Errorf("--%s %s: %w", s.name, s.quote(v), err)
+			}
+			n.sources[s.name] = "--" + s.name
+		}
+	}
+	if err := n.check(); err != nil {
+		return Config{}, err
+	}
+	return n, nil
+}
+
+func (s *setting) quote(v string) string {
+	if s.show != nil {
+		return s.show(v)
+	}
+	return strconv.Quote(v)
+}
+
+// from names a setting together with the source of its value, for errors
+// about settings that do not go together. A value set in code (on a Config
+// from Default) has no source and is named alone.
+func (c *Config) from(name string) string {
+	if src, ok := c.sources[name]; ok {
+		return name + " (from " + src + ")"
+	}
+	return name
+}
+
+// check validates the settings that depend on each other.
+func (c *Config) check() error {
+	switch {
+	case c.TLSCert != "" && c.TLSKey == "":
+		return fmt.Errorf("%s needs tls-key too: give the certificate's private key, or drop tls-cert", c.from("tls-cert"))
+	case c.TLSKey != "" && c.TLSCert == "":
+		return fmt.Errorf("%s needs tls-cert too: give the certificate of the key, or drop tls-key", c.from("tls-key"))
+	case c.TLSCACert != "" && c.TLSCert == "":
+		return fmt.Errorf("%s needs tls-cert and tls-key: mutual TLS needs the server's own certificate as well", c.from("tls-ca-cert"))
+	case c.Store != "" && len(c.StoreCluster) > 0:
+		return fmt.Errorf("%s and %s cannot both be set: use store for a standalone Redis, store-cluster for a Redis Cluster",
+			c.from("store"), c.from("store-cluster"))
+	case c.Replicate != "" && c.Store != "":
+		return fmt.Errorf("%s cannot be combined with %s: in store mode Redis already holds the buckets; drop one of them",
+			c.from("replicate"), c.from("store"))
+	case c.Replicate != "" && len(c.StoreCluster) > 0:
+		return fmt.Errorf("%s cannot be combined with %s: in store mode Redis already holds the buckets; drop one of them",
+			c.from("replicate"), c.from("store-cluster"))
+	}
+	_, err := c.TLSConfig()
+	return err
+}
+
+// TLSConfig loads the certificate files and returns a server tls.Config for
+// the client port: TLS 1.2 or later, and, when TLSCACert is set, a client
+// certificate signed by one of its CAs required. It returns nil and no error
+// when TLS is off (TLSCert is empty). Every call reads the files again.
+func (c Config) TLSConfig() (*tls.Config, error) {
+	if c.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s and %s: %w: give a PEM certificate and its matching PEM private key",
+			c.from("tls-cert"), c.from("tls-key"), err)
+	}
+	tc := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+	}
+	if c.TLSCACert != "" {
+		pem, err := os.ReadFile(c.TLSCACert)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: give a readable PEM file of CA certificates", c.from("tls-ca-cert"), err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate in %q: give a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)",
+				c.from("tls-ca-cert"), c.TLSCACert)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// LogValue implements slog.LogValuer: every setting by name, the password
+// and the passwords in Redis URLs hidden, and the policy names.
+func (c Config) LogValue() slog.Value {
+	attrs := make([]slog.Attr, 0, len(settings)+2)
+	if c.File != "" {
+		attrs = append(attrs, slog.String("config", c.File))
+	}
+	for i := range settings {
+		s := &settings[i]
+		v := s.get(&c)
+		switch {
+		case s.name == "requirepass" && v != "":
+			v = "[hidden]"
+		case s.name == "replicate" || s.name == "store":
+			v = redactURL(v)
+		}
+		attrs = append(attrs, slog.String(s.name, v))
+	}
+	names := make([]string, 0, len(c.Policies))
+	for name := range c.Policies {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	attrs = append(attrs, slog.Any("policies", names))
+	return slog.GroupValue(attrs...)
+}

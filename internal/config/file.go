@@ -1,0 +1,205 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// fileEntry is one setting from the config file, as text.
+type fileEntry struct {
+	key   string
+	value string
+	line  int
+}
+
+// fileValues is what the config file says, checked for its structure and
+// for unknown keys; the values themselves are checked by the settings.
+type fileValues struct {
+	values       []fileEntry       // in file order
+	policies     map[string]Policy // nil when the file has no policies key
+	policiesLine int
+}
+
+// maxPolicyValue bounds capacity and rate, as the bucket math requires.
+const maxPolicyValue = 1e15
+
+// readFile reads and decodes the YAML config file at path, which came from
+// the source from ("--config" or "BUCKETD_CONFIG").
+func readFile(path, from string) (fileValues, error) {
+	var f fileValues
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return f, fmt.Errorf("config file (from %s): %w: check the path", from, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return f, fmt.Errorf("config file %s: %w: fix the YAML syntax", path, err)
+	}
+	if len(doc.Content) == 0 {
+		return f, nil // empty, or only comments
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return f, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return f, fmt.Errorf("%s:%d: the file must be a mapping of setting names to values, like \"max-key-bytes: 2048\"",
+			path, root.Line)
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], resolve(root.Content[i+1])
+		key := k.Value
+		if line, dup := seen[key]; dup {
+			return f, fmt.Errorf("%s:%d: %s is already set on line %d: keep one of them", path, k.Line, key, line)
+		}
+		seen[key] = k.Line
+		if key == "policies" {
+			p, err := decodePolicies(path, v)
+			if err != nil {
+				return f, err
+			}
+			f.policies, f.policiesLine = p, k.Line
+			continue
+		}
+		if _, ok := byName[key]; !ok || k.Kind != yaml.ScalarNode {
+			return f, fmt.Errorf("%s:%d: unknown key %q%s: use the flag names listed by bucketd --help, or policies",
+				path, k.Line, key, suggest(key))
+		}
+		if v.Kind != yaml.ScalarNode {
+			return f, fmt.Errorf("%s:%d: %s: give a single value, not a list or a mapping", path, v.Line, key)
+		}
+		value := v.Value
+		if v.ShortTag() == "!!null" {
+			value = ""
+		}
+		f.values = append(f.values, fileEntry{key: key, value: value, line: v.Line})
+	}
+	return f, nil
+}
+
+// resolve follows a YAML alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// suggest returns " (did you mean max-key-bytes?)" for keys such as
+// max_key_bytes, MAX-KEY-BYTES or --max-key-bytes, and "" otherwise.
+func suggest(key string) string {
+	k := strings.TrimLeft(strings.ToLower(strings.ReplaceAll(key, "_", "-")), "-")
+	k = strings.TrimPrefix(k, "bucketd-")
+	if k == "policy" {
+		k = "policies"
+	}
+	if _, ok := byName[k]; ok || k == "policies" {
+		return " (did you mean " + k + "?)"
+	}
+	return ""
+}
+
+// decodePolicies decodes the value of the policies key: a mapping from
+// policy name to a mapping with capacity, rate and an optional prefix.
+func decodePolicies(path string, n *yaml.Node) (map[string]Policy, error) {
+	policies := map[string]Policy{}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return policies, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: policies: give a mapping from policy name to its capacity and rate, like\n"+
+			"policies:\n  api:\n    capacity: 100\n    rate: 10", path, n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		name := k.Value
+		if k.Kind != yaml.ScalarNode || !validPolicyName(name) {
+			return nil, fmt.Errorf("%s:%d: policy name %q: use printable ASCII without spaces, like api or login-per-ip",
+				path, k.Line, name)
+		}
+		if _, dup := policies[name]; dup {
+			return nil, fmt.Errorf("%s:%d: policy %q is defined twice: keep one of them", path, k.Line, name)
+		}
+		p, err := decodePolicy(path, name, k.Line, v)
+		if err != nil {
+			return nil, err
+		}
+		policies[name] = p
+	}
+	return policies, nil
+}
+
+func decodePolicy(path, name string, line int, n *yaml.Node) (Policy, error) {
+	var p Policy
+	if n.Kind != yaml.MappingNode {
+		return p, fmt.Errorf("%s:%d: policy %q: give a mapping with capacity (tokens) and rate (tokens per second)", path, line, name)
+	}
+	var haveCap, haveRate bool
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		where := fmt.Sprintf("%s:%d: policies.%s.%s", path, v.Line, name, k.Value)
+		switch k.Value {
+		case "capacity", "rate":
+			x, err := policyNumber(v)
+			if err != nil {
+				return p, fmt.Errorf("%s %q: %w", where, v.Value, err)
+			}
+			if k.Value == "capacity" {
+				p.Capacity, haveCap = x, true
+			} else {
+				p.Rate, haveRate = x, true
+			}
+		case "prefix":
+			if v.Kind != yaml.ScalarNode {
+				return p, fmt.Errorf("%s: give a single string", where)
+			}
+			if v.ShortTag() != "!!null" {
+				p.Prefix = v.Value
+			}
+		default:
+			return p, fmt.Errorf("%s:%d: unknown key %q in policy %q: use capacity, rate and prefix",
+				path, k.Line, k.Value, name)
+		}
+	}
+	switch {
+	case !haveCap:
+		return p, fmt.Errorf("%s:%d: policy %q has no capacity: give capacity (the burst, in tokens) and rate (tokens per second)",
+			path, line, name)
+	case !haveRate:
+		return p, fmt.Errorf("%s:%d: policy %q has no rate: give rate (tokens per second) and capacity (the burst, in tokens)",
+			path, line, name)
+	}
+	return p, nil
+}
+
+// policyNumber decodes a capacity or a rate: a finite number > 0, <= 1e15.
+func policyNumber(n *yaml.Node) (float64, error) {
+	hint := fmt.Errorf("use a number greater than 0 and at most %g", maxPolicyValue)
+	var x float64
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!str" || n.Decode(&x) != nil {
+		return 0, hint
+	}
+	if math.IsNaN(x) || math.IsInf(x, 0) || x <= 0 || x > maxPolicyValue {
+		return 0, hint
+	}
+	return x, nil
+}
+
+// validPolicyName reports whether name is non-empty printable ASCII without
+// spaces.
+func validPolicyName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
+}

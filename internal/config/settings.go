@@ -1,0 +1,325 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting describes one server setting: its flag name (which is also its
+// file key and, upper-cased, its environment variable), its --help text and
+// how it is parsed from text, checked and printed back.
+type setting struct {
+	name  string
+	arg   string // placeholder for the value in --help
+	usage string
+	note  string // printed after the default in --help, e.g. "(2 x GOMAXPROCS)"
+	live  bool   // applied by a reload without a restart
+	flag  bool   // a boolean: --name alone means true
+	// set parses v, checks it and stores it in c. Its error is the hint that
+	// tells the user what to write instead; the caller adds the source.
+	set func(c *Config, v string) error
+	// get prints the value held in c in the form set accepts. Reload
+	// compares settings by it.
+	get func(c *Config) string
+	// show prints a raw value for an error message, hiding passwords.
+	show func(v string) string
+}
+
+// envName is the environment variable of a setting: BUCKETD_ followed by the
+// flag name in upper snake case.
+func envName(name string) string {
+	return "BUCKETD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// settings lists every server setting in --help order.
+var settings = []setting{
+	text("addr", "host:port",
+		"address to listen on for Redis clients; ':6380' or '0.0.0.0:6380' means every interface (see protected-mode)",
+		func(c *Config) *string { return &c.Addr }, checkListenAddr(false)),
+	integer("shards", "n",
+		"number of bucket shards, each owned by one goroutine (rounded up to a power of two)",
+		func(c *Config) *int { return &c.Shards }, 1, maxShards, "use a whole number from 1 to 65536"),
+	integer("max-key-bytes", "bytes",
+		"longest key accepted; longer keys get -ERR key too long",
+		func(c *Config) *int { return &c.MaxKeyBytes }, 1, math.MaxInt, "use a whole number of at least 1"),
+	integer("max-query-bytes", "bytes",
+		"most bytes of one unfinished command a connection may buffer before it gets a protocol error and is closed",
+		func(c *Config) *int { return &c.MaxQueryBytes }, 1024, math.MaxInt, "use a whole number of at least 1024"),
+	integer("max-args", "n",
+		"most arguments in one command",
+		func(c *Config) *int { return &c.MaxArgs }, 6, math.MaxInt,
+		"use a whole number of at least 6 (TB.ACQUIRE key capacity rate cost WITHINFO)"),
+	duration("shutdown-timeout", "duration",
+		"how long a graceful shutdown waits for connections to finish",
+		func(c *Config) *time.Duration { return &c.ShutdownTimeout },
+		func(d time.Duration) bool { return d > 0 }, "use a positive duration such as 10s or 1m30s"),
+	{
+		name: "log-level", arg: "level", live: true,
+		usage: "least severe log lines written: debug, info, warn or error; a reload applies it at once",
+		set: func(c *Config, v string) error {
+			l, ok := levels[strings.ToLower(strings.TrimSpace(v))]
+			if !ok {
+				return errors.New("use debug, info, warn or error")
+			}
+			c.LogLevel = l
+			return nil
+		},
+		get: func(c *Config) string { return strings.ToLower(c.LogLevel.String()) },
+	},
+	enum("log-format", "format", "log format: text or json",
+		func(c *Config) *string { return &c.LogFormat }, "text", "json"),
+	text("metrics-addr", "host:port",
+		"address of the HTTP server for /metrics, /healthz and /readyz; empty disables it",
+		func(c *Config) *string { return &c.MetricsAddr }, checkListenAddr(true)),
+	{
+		name: "requirepass", arg: "password",
+		usage: "password clients must give with AUTH or HELLO 2 AUTH before any other command; empty means none",
+		set:   func(c *Config, v string) error { c.RequirePass = v; return nil },
+		get:   func(c *Config) string { return c.RequirePass },
+		show:  func(string) string { return "[hidden]" },
+	},
+	text("tls-cert", "file",
+		"PEM certificate (chain) for TLS on the client port; needs tls-key",
+		func(c *Config) *string { return &c.TLSCert }, nil),
+	text("tls-key", "file",
+		"PEM private key of tls-cert",
+		func(c *Config) *string { return &c.TLSKey }, nil),
+	text("tls-ca-cert", "file",
+		"PEM CA certificates; when set, clients must present a certificate signed by one of them (mutual TLS); needs tls-cert and tls-key",
+		func(c *Config) *string { return &c.TLSCACert }, nil),
+	{
+		name: "protected-mode", arg: "bool", flag: true,
+		usage: "when no requirepass is set, refuse clients connecting from non-loopback addresses, as Redis does; --protected-mode=false turns it off",
+		set: func(c *Config, v string) error {
+			b, ok := parseBool(v)
+			if !ok {
+				return errors.New("use true or false (also yes/no, 1/0)")
+			}
+			c.ProtectedMode = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(c.ProtectedMode) },
+	},
+	integer("max-clients", "n",
+		"most connected clients; a client beyond it gets -ERR max number of clients reached; 0 means no limit",
+		func(c *Config) *int { return &c.MaxClients }, 0, math.MaxInt, "use a whole number of clients, or 0 for no limit"),
+	duration("idle-timeout", "duration",
+		"close a client connection after it has sent nothing for this long; 0 means never",
+		func(c *Config) *time.Duration { return &c.IdleTimeout },
+		func(d time.Duration) bool { return d == 0 || d >= time.Second },
+		"use 0 (never) or a duration of at least 1s, such as 5m"),
+	redisURL("replicate",
+		"copy bucket state asynchronously to the Redis at this redis:// or rediss:// URL (password in the URL); memory still decides",
+		func(c *Config) *string { return &c.Replicate }),
+	text("replicate-prefix", "prefix",
+		"prefix of the keys replicate writes to Redis",
+		func(c *Config) *string { return &c.ReplicatePrefix }, nil),
+	integer("replicate-queue", "n",
+		"most bucket changes waiting to be sent to the replicate Redis",
+		func(c *Config) *int { return &c.ReplicateQueue }, 1, math.MaxInt, "use a whole number of at least 1"),
+	redisURL("store",
+		"keep the buckets in the standalone Redis at this redis:// or rediss:// URL instead of in memory",
+		func(c *Config) *string { return &c.Store }),
+	{
+		name: "store-cluster", arg: "host:port,...",
+		usage: "keep the buckets in the Redis Cluster reached through these comma-separated seed nodes instead of in memory",
+		set: func(c *Config, v string) error {
+			nodes, err := parseNodes(v)
+			if err != nil {
+				return err
+			}
+			c.StoreCluster = nodes
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(c.StoreCluster, ",") },
+	},
+	duration("redis-timeout", "duration",
+		"how long bucketd waits for each reply from Redis (store and replicate)",
+		func(c *Config) *time.Duration { return &c.RedisTimeout },
+		func(d time.Duration) bool { return d > 0 }, "use a positive duration such as 50ms"),
+	enum("on-redis-error", "allow|deny",
+		"what TB.ACQUIRE answers in store mode when Redis cannot answer in time: allow (fail open) or deny (fail closed)",
+		func(c *Config) *string { return &c.OnRedisError }, "allow", "deny"),
+}
+
+// maxShards is the most shards bucketd runs.
+const maxShards = 1 << 16
+
+var byName = func() map[string]*setting {
+	m := make(map[string]*setting, len(settings))
+	for i := range settings {
+		m[settings[i].name] = &settings[i]
+	}
+	return m
+}()
+
+var levels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+func text(name, arg, usage string, field func(*Config) *string, check func(string) error) setting {
+	return setting{
+		name: name, arg: arg, usage: usage,
+		set: func(c *Config, v string) error {
+			if check != nil {
+				if err := check(v); err != nil {
+					return err
+				}
+			}
+			*field(c) = v
+			return nil
+		},
+		get: func(c *Config) string { return *field(c) },
+	}
+}
+
+func integer(name, arg, usage string, field func(*Config) *int, lo, hi int, hint string) setting {
+	return setting{
+		name: name, arg: arg, usage: usage,
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < lo || n > hi {
+				return errors.New(hint)
+			}
+			*field(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+	}
+}
+
+func duration(name, arg, usage string, field func(*Config) *time.Duration, ok func(time.Duration) bool, hint string) setting {
+	return setting{
+		name: name, arg: arg, usage: usage,
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || !ok(d) {
+				return errors.New(hint)
+			}
+			*field(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return field(c).String() },
+	}
+}
+
+func enum(name, arg, usage string, field func(*Config) *string, choices ...string) setting {
+	hint := "use " + strings.Join(choices, " or ")
+	return setting{
+		name: name, arg: arg, usage: usage,
+		set: func(c *Config, v string) error {
+			v = strings.ToLower(strings.TrimSpace(v))
+			for _, ch := range choices {
+				if v == ch {
+					*field(c) = ch
+					return nil
+				}
+			}
+			return errors.New(hint)
+		},
+		get: func(c *Config) string { return *field(c) },
+	}
+}
+
+func redisURL(name, usage string, field func(*Config) *string) setting {
+	s := text(name, "url", usage, field, checkRedisURL)
+	s.show = func(v string) string { return strconv.Quote(redactURL(v)) }
+	return s
+}
+
+// parseBool accepts true/false, yes/no and 1/0 in any case.
+func parseBool(v string) (b, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "yes", "1":
+		return true, true
+	case "false", "no", "0":
+		return false, true
+	}
+	return false, false
+}
+
+// checkListenAddr accepts host:port with a numeric port 0–65535 and an
+// optional host (empty means every interface), or "" when empty is allowed.
+func checkListenAddr(emptyOK bool) func(string) error {
+	hint := "use host:port, such as 127.0.0.1:6380"
+	if emptyOK {
+		hint += ", or an empty value to disable it"
+	}
+	return func(v string) error {
+		if v == "" && emptyOK {
+			return nil
+		}
+		if _, port, err := net.SplitHostPort(v); err != nil || !validPort(port, 0) {
+			return errors.New(hint)
+		}
+		return nil
+	}
+}
+
+func validPort(p string, lo int) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= lo && n <= 65535 && p[0] != '+'
+}
+
+// checkRedisURL accepts "" or redis://[user:password@]host[:port][/db] and
+// the same with rediss:// (TLS).
+func checkRedisURL(v string) error {
+	if v == "" {
+		return nil
+	}
+	hint := errors.New("use a redis:// or rediss:// (TLS) URL, such as redis://:password@10.0.0.5:6379/0")
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Opaque != "" || u.Hostname() == "" {
+		return hint
+	}
+	if p := u.Port(); p != "" && !validPort(p, 1) {
+		return hint
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return errors.New("the path of the URL is the database number: use /0, /1 and so on, or leave it out")
+		}
+	}
+	return nil
+}
+
+// redactURL hides the password of a URL for error messages and logs.
+func redactURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		if strings.Contains(v, "@") {
+			return "[hidden: not a URL, may hold a password]"
+		}
+		return v
+	}
+	if _, ok := u.User.Password(); !ok {
+		return v // nothing to hide; keep the text as the user wrote it
+	}
+	return u.Redacted()
+}
+
+// parseNodes splits a comma-separated host:port list; "" gives nil.
+func parseNodes(v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var nodes []string
+	for n := range strings.SplitSeq(v, ",") {
+		n = strings.TrimSpace(n)
+		host, port, err := net.SplitHostPort(n)
+		if err != nil || host == "" || !validPort(port, 1) {
+			return nil, errors.New("node " + strconv.Quote(n) + " is not host:port: use a comma-separated list such as 10.0.0.1:7000,10.0.0.2:7000")
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}

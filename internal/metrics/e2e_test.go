@@ -1,0 +1,178 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestScrapeAfterCommands wires the real shards and protocol front to the
+// metrics, sends a known sequence of commands from a go-redis client over
+// 127.0.0.1:0, then scrapes /metrics over HTTP and checks the exact counts.
+func TestScrapeAfterCommands(t *testing.T) {
+	group := shard.New(shard.Config{Shards: 4})
+	reg := prometheus.NewPedanticRegistry()
+	// The wiring docs/metrics.md shows: the metrics before the server, so
+	// that the server gets the histogram's func; the server's stats through
+	// a closure, read only once something scrapes.
+	var srv *resp.Server
+	m, err := New(reg, Sources{
+		Shards:      group.Stats,
+		QueueDepths: group.QueueDepths,
+		Server:      func() resp.ServerStats { return srv.Stats() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err = resp.NewServer(resp.Config{Limiter: resp.Shards(group), ObservePipeline: m.ObservePipeline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		group.Close()
+	}()
+
+	rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+	defer rc.Close()
+	ctx := context.Background()
+	send := func(args ...any) {
+		t.Helper()
+		// Redis errors are expected for some commands; transport errors are not.
+		if err := rc.Do(ctx, args...).Err(); err != nil && !isRedisError(err) {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	// Capacity 2, almost no refill: two allowed, then denied.
+	send("TB.ACQUIRE", "k", 2, 0.001, 1)
+	send("TB.ACQUIRE", "k", 2, 0.001, 1)
+	send("TB.ACQUIRE", "k", 2, 0.001, 1)
+	send("TB.PEEK", "k", 2, 0.001)
+	send("TB.ACQUIRE", "other", 5, 0.001, 1) // a second live bucket
+	send("TB.RESET", "k")
+	send("PING")
+	send("NOSUCHCOMMAND")
+	send("TB.ACQUIRE", "k") // wrong number of arguments
+
+	ts := httptest.NewServer(Handler(reg, nil))
+	defer ts.Close()
+	res, err := ts.Client().Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	value := func(name string, labels ...string) float64 {
+		t.Helper()
+		f, ok := families[name]
+		if !ok {
+			t.Fatalf("no family %s", name)
+		}
+		for _, mt := range f.GetMetric() {
+			if hasLabels(mt, labels...) {
+				switch {
+				case mt.Counter != nil:
+					return mt.GetCounter().GetValue()
+				case mt.Gauge != nil:
+					return mt.GetGauge().GetValue()
+				case mt.Histogram != nil:
+					return float64(mt.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		t.Fatalf("no series %s%v", name, labels)
+		return 0
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"bucketd_decisions_total", []string{"result", "allowed"}, 3},
+		{"bucketd_decisions_total", []string{"result", "denied"}, 1},
+		{"bucketd_peeks_total", nil, 1},
+		{"bucketd_resets_total", nil, 1},
+		{"bucketd_buckets", nil, 1},
+		{"bucketd_commands_total", []string{"command", "tb.acquire"}, 5},
+		{"bucketd_commands_total", []string{"command", "tb.peek"}, 1},
+		{"bucketd_commands_total", []string{"command", "tb.reset"}, 1},
+		{"bucketd_commands_total", []string{"command", "ping"}, 1},
+		{"bucketd_commands_total", []string{"command", "other"}, 1},
+		{"bucketd_errors_total", []string{"kind", "unknown_command"}, 1},
+		{"bucketd_errors_total", []string{"kind", "arity"}, 1},
+		{"bucketd_errors_total", []string{"kind", "protocol"}, 0},
+		{"bucketd_connected_clients", nil, 1},
+		{"bucketd_connections_total", nil, 1},
+		{"bucketd_rejected_connections_total", nil, 0},
+	} {
+		if got := value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	var queued float64
+	for _, mt := range families["bucketd_shard_queue_depth"].GetMetric() {
+		queued += mt.GetGauge().GetValue()
+	}
+	if n := len(families["bucketd_shard_queue_depth"].GetMetric()); n != group.Len() || queued != 0 {
+		t.Errorf("shard queue depth: %d series summing to %v, want %d series summing to 0", n, queued, group.Len())
+	}
+	// Every pipeline held one command, so the histogram saw as many
+	// pipelines as the server counted commands (the HELLO go-redis sends
+	// on connecting included).
+	var commands float64
+	for _, mt := range families["bucketd_commands_total"].GetMetric() {
+		commands += mt.GetCounter().GetValue()
+	}
+	if got := value("bucketd_command_duration_seconds"); got != commands || got < 9 {
+		t.Errorf("histogram count %v, want %v pipelines (at least 9)", got, commands)
+	}
+}
+
+func hasLabels(m *dto.Metric, pairs ...string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == pairs[i] && lp.GetValue() == pairs[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}

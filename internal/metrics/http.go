@@ -1,0 +1,120 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the operator endpoints:
+//
+//   - GET /metrics: the registry in the Prometheus exposition format;
+//   - GET /healthz: 200 "ok" whenever the process can answer HTTP at all
+//     (liveness: restart the process when this fails);
+//   - GET /readyz: 200 "ready" when ready() reports true, 503 "not ready"
+//     otherwise (readiness: send clients only while this succeeds).
+//
+// A nil ready counts as always ready. ready is called once per /readyz
+// request and must be safe for concurrent use. HEAD works wherever GET does;
+// other methods get 405.
+func Handler(reg *prometheus.Registry, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		// A scrape reads atomics; this only stops a flood of scrapes from
+		// piling up goroutines.
+		MaxRequestsInFlight: 10,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready == nil || ready() {
+			writeText(w, http.StatusOK, "ready\n")
+			return
+		}
+		writeText(w, http.StatusServiceUnavailable, "not ready\n")
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "bucketd\n\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness\n")
+	})
+	return mux
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	io.WriteString(w, body) //nolint:errcheck // the client went away; nothing to do
+}
+
+// Server serves an http.Handler, normally Handler's, on a listener of its
+// own. Start it with Start and stop it with Shutdown; the goroutine that
+// serves ends in Shutdown.
+type Server struct {
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{} // closed when the serving goroutine has returned
+	err  error         // why serving stopped, if not Shutdown; read after done
+}
+
+// Start listens on addr (host:port; port 0 picks a free one, see Addr) and
+// serves h in a goroutine until Shutdown. A listen error, such as an address
+// already in use, is returned at once. logger receives the HTTP server's own
+// errors; nil means slog.Default().
+func Start(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen: %w", err)
+	}
+	s := &Server{
+		ln: ln,
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
+			s.err = fmt.Errorf("metrics: serve: %w", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr returns the address the server listens on, with the actual port
+// when Start was given port 0.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Shutdown stops accepting, waits for requests in progress until ctx ends,
+// then closes whatever connections remain and waits for the serving
+// goroutine to return. It returns ctx's error if requests were cut off, and
+// the serving error if serving had failed before. Calling it again returns
+// at once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close() //nolint:errcheck // forcing the remaining connections closed; err says why
+		err = fmt.Errorf("metrics: shutdown: %w", err)
+	}
+	<-s.done
+	return errors.Join(err, s.err)
+}

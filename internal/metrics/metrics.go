@@ -1,0 +1,235 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const namespace = "bucketd"
+
+// ReplicationStats are the counters of the Redis replication mode, read
+// at scrape time. Counts are totals since start; depth and lag are values
+// now.
+type ReplicationStats struct {
+	QueueDepth    int64   // bucket changes waiting to be written to Redis
+	QueueCapacity int64   // the most changes the queue holds; more are dropped
+	LagSeconds    float64 // age of the oldest change still queued; 0 when the queue is empty
+	Applied       int64   // changes written to Redis
+	Dropped       int64   // changes dropped because the queue was full
+	RedisErrors   int64   // Redis commands that failed while replicating
+}
+
+// Sources are the functions the Collector calls at scrape time. Each is
+// called once per scrape, possibly from several scrapes at once, so each
+// must be safe for concurrent use; all of bucketd's are (they load atomics).
+//
+// Shards, QueueDepths and Server are required. Replication is optional: when
+// it is nil the bucketd_replication_* metrics are not exported at all.
+type Sources struct {
+	// Shards returns the totals over all shards, normally
+	// (*shard.Group).Stats.
+	Shards func() shard.Stats
+	// QueueDepths appends each shard's queue length to dst, normally
+	// (*shard.Group).QueueDepths. The index is the shard label.
+	QueueDepths func(dst []int) []int
+	// Server returns the protocol front's counters, normally
+	// (*resp.Server).Stats.
+	Server func() resp.ServerStats
+	// Replication returns the replication counters; nil when bucketd does
+	// not replicate to Redis.
+	Replication func() ReplicationStats
+}
+
+// durationBuckets are the upper bounds, in seconds, of the
+// bucketd_command_duration_seconds buckets: 10 µs to 1 s, roughly 1-2.5-5
+// per decade. An in-memory decision takes tens of microseconds; a deep
+// pipeline or a stalled shard shows up in the upper buckets.
+var durationBuckets = []float64{
+	10e-6, 25e-6, 50e-6,
+	100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3,
+	10e-3, 25e-3, 50e-3,
+	100e-3, 250e-3, 500e-3,
+	1,
+}
+
+// Metrics is bucketd's set of metrics on one registry. Its methods are safe
+// for concurrent use.
+type Metrics struct {
+	pipeline prometheus.Histogram
+}
+
+// New registers on reg a Collector that reads src at scrape time and the
+// bucketd_command_duration_seconds histogram fed by ObservePipeline. It
+// returns an error if a required source is nil or registration fails (for
+// example because New was already called with the same registry). It does
+// not register the Go and process collectors; see RegisterRuntime.
+func New(reg *prometheus.Registry, src Sources) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: registry is nil")
+	}
+	c, err := newCollector(src)
+	if err != nil {
+		return nil, err
+	}
+	m := &Metrics{
+		pipeline: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "command_duration_seconds",
+			Help: "Seconds from reading a client's pipeline to having all its replies ready, " +
+				"observed once per pipeline (not per command); at pipeline depth 1 this is the command latency.",
+			Buckets: durationBuckets,
+		}),
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("metrics: register collector: %w", err)
+	}
+	if err := reg.Register(m.pipeline); err != nil {
+		reg.Unregister(c)
+		return nil, fmt.Errorf("metrics: register histogram: %w", err)
+	}
+	return m, nil
+}
+
+// ObservePipeline records one pipeline that took seconds from being read to
+// having its replies ready. It matches resp.Config.ObservePipeline: pass
+// m.ObservePipeline there. commands, the pipeline's length, is not recorded
+// (bucketd_commands_total counts commands). It does not allocate.
+func (m *Metrics) ObservePipeline(seconds float64, commands int) {
+	m.pipeline.Observe(seconds)
+}
+
+// RegisterRuntime registers the standard Go runtime (go_*) and process
+// (process_*) collectors on reg.
+func RegisterRuntime(reg *prometheus.Registry) error {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return fmt.Errorf("metrics: register go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return fmt.Errorf("metrics: register process collector: %w", err)
+	}
+	return nil
+}
+
+// collector turns Sources into constant metrics at scrape time.
+type collector struct {
+	src      Sources
+	commands []string // label values, indexed like resp.ServerStats.Commands
+
+	decisions, peeks, resets, expired, buckets, queueDepth *prometheus.Desc
+	commandsTotal, errorsTotal                             *prometheus.Desc
+	connected, connections, rejected                       *prometheus.Desc
+
+	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
+	replApplied, replDropped, replErrors       *prometheus.Desc
+}
+
+func newCollector(src Sources) (*collector, error) {
+	switch {
+	case src.Shards == nil:
+		return nil, errors.New("metrics: Sources.Shards is nil")
+	case src.QueueDepths == nil:
+		return nil, errors.New("metrics: Sources.QueueDepths is nil")
+	case src.Server == nil:
+		return nil, errors.New("metrics: Sources.Server is nil")
+	}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+	}
+	return &collector{
+		src:      src,
+		commands: resp.CommandNames(),
+
+		decisions:  desc("decisions_total", "TB.ACQUIRE decisions, by result: allowed (tokens spent) or denied.", "result"),
+		peeks:      desc("peeks_total", "TB.PEEK calls answered."),
+		resets:     desc("resets_total", "Buckets removed by TB.RESET (keys that did not exist are not counted)."),
+		expired:    desc("expired_buckets_total", "Buckets deleted by the expiry sweeper after refilling to capacity."),
+		buckets:    desc("buckets", "Live buckets: buckets not yet refilled to capacity, as DBSIZE reports."),
+		queueDepth: desc("shard_queue_depth", "Batches waiting in each shard's queue.", "shard"),
+
+		commandsTotal: desc("commands_total", `Commands executed, by lower-case command name; unknown commands count as "other".`, "command"),
+		errorsTotal:   desc("errors_total", "Error replies sent, by kind.", "kind"),
+		connected:     desc("connected_clients", "Client connections open now."),
+		connections:   desc("connections_total", "Client connections accepted."),
+		rejected:      desc("rejected_connections_total", "Client connections refused at accept (max clients, protected mode, shutting down)."),
+
+		replQueueDepth:    desc("replication_queue_depth", "Bucket changes waiting to be written to Redis."),
+		replQueueCapacity: desc("replication_queue_capacity", "Capacity of the replication queue; changes beyond it are dropped."),
+		replLag:           desc("replication_lag_seconds", "Age of the oldest bucket change not yet written to Redis; 0 when none is waiting."),
+		replApplied:       desc("replication_applied_total", "Bucket changes written to Redis."),
+		replDropped:       desc("replication_dropped_total", "Bucket changes dropped because the replication queue was full."),
+		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating."),
+	}, nil
+}
+
+// Describe sends every Desc Collect may use, so the registry checks names
+// and label sets at registration.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.decisions, c.peeks, c.resets, c.expired, c.buckets, c.queueDepth,
+		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected,
+	} {
+		ch <- d
+	}
+	if c.src.Replication != nil {
+		for _, d := range []*prometheus.Desc{
+			c.replQueueDepth, c.replQueueCapacity, c.replLag,
+			c.replApplied, c.replDropped, c.replErrors,
+		} {
+			ch <- d
+		}
+	}
+}
+
+// Collect reads the sources once each and sends their values. Label values
+// come from fixed tables (results, shard indexes, command names, error
+// kinds), so the number of series is bounded.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	st := c.src.Shards()
+	counter(c.decisions, float64(st.Allowed), "allowed")
+	counter(c.decisions, float64(st.Denied), "denied")
+	counter(c.peeks, float64(st.Peeks))
+	counter(c.resets, float64(st.Resets))
+	counter(c.expired, float64(st.Expired))
+	gauge(c.buckets, float64(st.Buckets))
+
+	for i, n := range c.src.QueueDepths(nil) {
+		gauge(c.queueDepth, float64(n), strconv.Itoa(i))
+	}
+
+	ss := c.src.Server()
+	for i, n := range ss.Commands {
+		if i < len(c.commands) {
+			counter(c.commandsTotal, float64(n), c.commands[i])
+		}
+	}
+	for i, n := range ss.Errors {
+		counter(c.errorsTotal, float64(n), resp.ErrorKinds[i])
+	}
+	gauge(c.connected, float64(ss.ConnectedClients))
+	counter(c.connections, float64(ss.TotalConnections))
+	counter(c.rejected, float64(ss.RejectedConnections))
+
+	if c.src.Replication != nil {
+		rs := c.src.Replication()
+		gauge(c.replQueueDepth, float64(rs.QueueDepth))
+		gauge(c.replQueueCapacity, float64(rs.QueueCapacity))
+		gauge(c.replLag, rs.LagSeconds)
+		counter(c.replApplied, float64(rs.Applied))
+		counter(c.replDropped, float64(rs.Dropped))
+		counter(c.replErrors, float64(rs.RedisErrors))
+	}
+}
