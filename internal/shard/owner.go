@@ -47,15 +47,79 @@ type shard struct {
 	resets  atomic.Int64
 	expired atomic.Int64
 	passes  atomic.Int64 // completed sweeps over the whole shard
+
+	// dirty holds the keys changed since the last Collect and when; nil
+	// when tracking is off. At most dirtyMax keys.
+	dirty    map[string]int64
+	dirtyMax int
+	pending  atomic.Int64
+	dropped  atomic.Int64
 }
 
-func newShard(cfg Config) *shard {
-	return &shard{
+func newShard(cfg Config, shards int) *shard {
+	s := &shard{
 		queue:    make(chan *Batch, cfg.QueueDepth),
 		clock:    cfg.Clock,
 		index:    make(map[string]int32),
 		sweepMin: cfg.SweepMin,
 	}
+	if cfg.TrackChanges > 0 {
+		s.dirty = make(map[string]int64)
+		s.dirtyMax = max(1, cfg.TrackChanges/shards)
+	}
+	return s
+}
+
+// track records that key changed at now. The key string is the entry's own
+// (or, for a deleted key, the one the entry had), so tracking allocates
+// nothing but map growth.
+func (s *shard) track(key string, now int64) {
+	if s.dirty == nil {
+		return
+	}
+	if _, ok := s.dirty[key]; !ok {
+		if len(s.dirty) >= s.dirtyMax {
+			s.dropped.Add(1)
+			return
+		}
+		s.pending.Add(1)
+	}
+	s.dirty[key] = now
+}
+
+// collect moves up to b.collectMax tracked changes into b.Changes.
+func (s *shard) collect(b *Batch) {
+	for key, at := range s.dirty {
+		if len(b.Changes) >= b.collectMax {
+			break
+		}
+		c := Change{Key: key, At: at}
+		if i, ok := s.index[key]; ok && !s.entries[i].gcra {
+			c.State, c.Limit = s.entries[i].state, s.entries[i].limit
+		} else {
+			c.Deleted = true
+		}
+		b.Changes = append(b.Changes, c)
+		delete(s.dirty, key)
+	}
+	s.pending.Store(int64(len(s.dirty)))
+}
+
+func (s *shard) trackAll(now int64) {
+	for i := range s.entries {
+		if !s.entries[i].gcra {
+			s.track(s.entries[i].key, now)
+		}
+	}
+}
+
+// load stores a state read back from Redis unless the key already has one:
+// anything this process decided since it started is newer.
+func (s *shard) load(op *Op) {
+	if _, exists := s.index[string(op.Key)]; exists {
+		return
+	}
+	s.store(op, 0, false, false, entry{state: op.State, limit: op.Limit})
 }
 
 // run is the shard's goroutine: answer batches as they come, sweep on every
@@ -117,6 +181,12 @@ func (s *shard) answer(b *Batch) {
 			}
 			b.Results[i] = Result{Decision: bucket.Peek(st, ok, op.Limit, op.Cost, now)}
 			peeks++
+		case Load:
+			s.load(op)
+		case collectKind:
+			s.collect(b)
+		case trackAllKind:
+			s.trackAll(now)
 		case Throttle:
 			r := s.throttle(op, now)
 			b.Results[i] = r
@@ -171,7 +241,10 @@ func (s *shard) acquire(op *Op, now int64) Result {
 	if op.Cost == 0 {
 		return Result{Decision: d} // a peek: nothing stored, nothing created
 	}
-	s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit})
+	key := s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit})
+	if key != "" {
+		s.track(key, now)
+	}
 	return Result{Decision: d}
 }
 
@@ -191,20 +264,27 @@ func (s *shard) throttle(op *Op, now int64) Result {
 }
 
 // store writes e (state and limit) for op.Key: deletes the entry when the
-// result is full, updates it in place, or creates it.
-func (s *shard) store(op *Op, i int32, exists, full bool, e entry) {
+// result is full, updates it in place, or creates it. It returns the key as
+// a string it did not have to allocate ("" when nothing was or is stored),
+// for change tracking.
+func (s *shard) store(op *Op, i int32, exists, full bool, e entry) string {
 	switch {
 	case exists && full:
+		key := s.entries[i].key
 		s.removeAt(i)
+		return key
 	case exists:
 		e.key = s.entries[i].key
 		s.entries[i] = e
+		return e.key
 	case !full:
 		e.key = string(op.Key) // the one allocation: a new bucket's key
 		s.index[e.key] = int32(len(s.entries))
 		s.entries = append(s.entries, e)
 		s.live.Add(1)
+		return e.key
 	}
+	return ""
 }
 
 // reset forgets key and reports whether a bucket existed. A bucket that has
@@ -216,6 +296,9 @@ func (s *shard) reset(key []byte, now int64) bool {
 		return false
 	}
 	existed := !s.entries[i].full(now)
+	if !s.entries[i].gcra {
+		s.track(s.entries[i].key, now)
+	}
 	s.removeAt(i)
 	if !existed {
 		s.expired.Add(1)

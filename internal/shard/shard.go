@@ -22,6 +22,9 @@ const (
 	Reset
 	// Throttle runs redis-cell's CL.THROTTLE with Op.Throttle.
 	Throttle
+	// Load stores Op.State with Op.Limit unless the key already has state:
+	// how a restarted bucketd takes its buckets back from Redis.
+	Load
 )
 
 // Op is one operation on one bucket. Key is only read until the Batch that
@@ -31,7 +34,8 @@ type Op struct {
 	Key      []byte
 	Limit    bucket.Limit
 	Cost     float64
-	Throttle bucket.GCRA // for Kind Throttle
+	Throttle bucket.GCRA  // for Kind Throttle
+	State    bucket.State // for Kind Load
 	Kind     Kind
 }
 
@@ -53,7 +57,16 @@ type Batch struct {
 	Ops     []Op
 	Results []Result
 	Done    chan *Batch
+
+	Changes    []Change // filled by a Collect batch
+	collectMax int
 }
+
+// Internal kinds for the replication hooks; they never come from a client.
+const (
+	collectKind Kind = 100 + iota
+	trackAllKind
+)
 
 // Clock returns the current time in microseconds. It must never go
 // backwards; the shards read it once per batch.
@@ -85,6 +98,24 @@ type Config struct {
 	SweepMin int
 	// Clock is the time source; default MonotonicClock().
 	Clock Clock
+	// TrackChanges, when > 0, makes every shard remember which keys a
+	// spending call, a reset or a load changed since the last Collect, up to
+	// TrackChanges/shards keys per shard; changes beyond that are dropped
+	// and counted (Stats.ChangesDropped). Replication reads them with
+	// Collect. 0 turns tracking off: memory mode pays nothing for it.
+	TrackChanges int
+}
+
+// Change is the current state of one key that changed since the last
+// Collect: the state to write, or Deleted when the key no longer has state
+// (reset, or refilled to full by a call). At is when it changed, in
+// microseconds on the shard clock; a deletion carries no State.
+type Change struct {
+	Key     string
+	State   bucket.State
+	Limit   bucket.Limit
+	At      int64
+	Deleted bool
 }
 
 // ErrClosed is returned by Submit after Close.
@@ -129,7 +160,7 @@ func New(cfg Config) *Group {
 		stopped: make(chan struct{}),
 	}
 	for i := range g.shards {
-		s := newShard(cfg)
+		s := newShard(cfg, n)
 		g.shards[i] = s
 		g.wg.Add(1)
 		go func() {
@@ -205,6 +236,9 @@ type Stats struct {
 	Resets     int64 // buckets removed by TB.RESET
 	Expired    int64 // full buckets deleted by the sweeper
 	QueueDepth int64 // batches waiting in shard queues right now
+
+	ChangesPending int64 // changed keys waiting for Collect (TrackChanges)
+	ChangesDropped int64 // changes not tracked because a shard's set was full
 }
 
 // Stats sums the shards' counters.
@@ -218,8 +252,42 @@ func (g *Group) Stats() Stats {
 		st.Resets += s.resets.Load()
 		st.Expired += s.expired.Load()
 		st.QueueDepth += int64(len(s.queue))
+		st.ChangesPending += s.pending.Load()
+		st.ChangesDropped += s.dropped.Load()
 	}
 	return st
+}
+
+// Collect moves up to max of shard i's tracked changes into dst and returns
+// it; an empty result means the shard has none. It travels through the
+// shard's queue like any batch, so it sees every operation answered before
+// it. Safe for concurrent use with everything but itself on the same shard.
+func (g *Group) Collect(i int, dst []Change, max int) ([]Change, error) {
+	b := &Batch{Ops: []Op{{Kind: collectKind}}, Done: make(chan *Batch, 1), Changes: dst[:0], collectMax: max}
+	if err := g.Submit(i, b); err != nil {
+		return dst[:0], err
+	}
+	if _, err := g.Wait(b.Done); err != nil {
+		return dst[:0], err
+	}
+	return b.Changes, nil
+}
+
+// TrackAll marks every live key of every shard as changed, so the next
+// Collects hand out the whole state: how replication catches up after it
+// had to drop changes. Keys beyond the tracking capacity are dropped and
+// counted as usual.
+func (g *Group) TrackAll() error {
+	for i := range g.shards {
+		b := &Batch{Ops: []Op{{Kind: trackAllKind}}, Done: make(chan *Batch, 1)}
+		if err := g.Submit(i, b); err != nil {
+			return err
+		}
+		if _, err := g.Wait(b.Done); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // QueueDepths appends each shard's current queue length to dst.

@@ -298,3 +298,50 @@ func TestResetDoesNotCountRefilledBuckets(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestTrackChangesCollectAndLoad(t *testing.T) {
+	g, clk := newTestGroup(t, Config{Shards: 1, TrackChanges: 3, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	runOne(t, c, acquire("a", 10, 1, 4))
+	runOne(t, c, acquire("a", 10, 1, 1)) // same key: one change
+	runOne(t, c, acquire("b", 10, 1, 0)) // a peek changes nothing
+	runOne(t, c, acquire("c", 10, 1, 1))
+	runOne(t, c, Op{Kind: Reset, Key: []byte("c")})
+	runOne(t, c, acquire("d", 10, 1, 1))
+	runOne(t, c, acquire("e", 10, 1, 1)) // beyond the capacity of 3: dropped
+	if st := g.Stats(); st.ChangesPending != 3 || st.ChangesDropped != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	changes, err := g.Collect(0, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Change{}
+	for _, ch := range changes {
+		got[ch.Key] = ch
+	}
+	if len(got) != 3 || got["a"].State.Tokens != 5 || got["a"].Deleted || !got["c"].Deleted || got["d"].State.Tokens != 9 {
+		t.Fatalf("changes %+v", changes)
+	}
+	if again, _ := g.Collect(0, nil, 10); len(again) != 0 {
+		t.Fatalf("collected twice: %+v", again)
+	}
+	// TrackAll hands out the whole live state again.
+	if err := g.TrackAll(); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := g.Collect(0, nil, 10); len(all) != 3 { // a, d, e
+		t.Fatalf("TrackAll then Collect: %+v", all)
+	}
+	// Load fills in keys this process has not seen, and never overwrites.
+	lim := bucket.Limit{Capacity: 10, Rate: 1}
+	clk.advance(0)
+	runOne(t, c, Op{Kind: Load, Key: []byte("z"), State: bucket.State{Tokens: 2, Last: clk.now()}, Limit: lim})
+	runOne(t, c, Op{Kind: Load, Key: []byte("a"), State: bucket.State{Tokens: 0, Last: clk.now()}, Limit: lim})
+	if d := runOne(t, c, acquire("z", 10, 1, 0)).Decision; d.Remaining != 2 {
+		t.Fatalf("loaded z: %+v", d)
+	}
+	if d := runOne(t, c, acquire("a", 10, 1, 0)).Decision; d.Remaining != 5 {
+		t.Fatalf("load overwrote a: %+v", d)
+	}
+}

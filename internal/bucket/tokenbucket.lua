@@ -1,0 +1,281 @@
+-- tokenbucket.lua: bucketd's token bucket on Redis. It computes exactly what
+-- bucket.Acquire, bucket.Peek and State.IsFull compute in Go (same float64
+-- operations in the same order), so Redis and bucketd's memory agree bit for
+-- bit; internal/bucket/differential_test.go holds the two equal.
+-- Full documentation: docs/lua.md.
+--
+-- KEYS[1]  the bucket's key (any prefix is the caller's choice)
+-- ARGV[1]  capacity: tokens, finite, 0 < capacity <= 1e15
+-- ARGV[2]  rate: tokens per second, finite, 0 < rate <= 1e15
+-- ARGV[3]  cost: tokens, finite, 0 <= cost <= 1e15 (absent or empty: 1)
+-- ARGV[4]  op (absent or empty: "acquire"):
+--   "acquire"  spend cost tokens if the bucket holds them. cost 0 is a peek.
+--   "peek"     what "acquire" with this cost would answer; writes nothing.
+--   "put"      store a state computed elsewhere (replication): ARGV[5] is its
+--              ts, ARGV[6] its tokens; ARGV[3] is ignored.
+--   "del"      forget the bucket as of ARGV[5]; ARGV[1..3] are ignored.
+-- ARGV[5]  now (acquire, peek) or ts (put, del): Unix time in integer
+--          microseconds, 0 <= t < 2^53. For acquire and peek it may be absent
+--          or empty: the script then reads Redis TIME.
+-- ARGV[6]  tokens (put only): finite, >= 0.
+--
+-- Reply to acquire and peek: {allowed, remaining, retry_after_ms,
+-- reset_after_ms}, the four numbers of TB.ACQUIRE ... WITHINFO:
+--   allowed         1 or 0
+--   remaining       whole tokens left after the call (floor)
+--   retry_after_ms  0 when allowed, -1 when cost > capacity, else the
+--                   milliseconds until cost tokens are there (rounded up)
+--   reset_after_ms  milliseconds until the bucket is full (rounded up)
+-- A field that saturates at 2^63-1 is returned as the bulk string
+-- "9223372036854775807": Redis turns a Lua number into an integer reply with
+-- a C cast, and 2^63 (the nearest double) would come out as -2^63.
+-- Reply to put and del: 1 when applied, 0 when skipped because the stored ts
+-- is newer than ARGV[5] (an older state never overwrites a newer one).
+--
+-- Semantics, as in Go: refill is continuous, tokens + elapsed_us / 1e6 * rate,
+-- clamped to the capacity of the call (a smaller capacity clamps the stored
+-- tokens; a peek clamps nothing). A now at or before the stored ts adds
+-- nothing and never moves ts back (ts = max(stored ts, now)). A bucket with
+-- no (valid) stored state is full. cost 0 and peek write nothing and create
+-- nothing, so they also run under EVALSHA_RO. cost > capacity never succeeds.
+--
+-- Stored form: HASH {tokens = "%.17g" of the float64, ts = integer Unix
+-- microseconds}. A bucket that is full is deleted, never stored. The key's
+-- PEXPIRE is the time from now until it is full again, in ms rounded up, at
+-- least 2, at most MAX_TTL_MS (10 years).
+--
+-- The script is deterministic apart from the TIME call; Redis 5 and later
+-- replicate scripts by their effects, so no redis.replicate_commands() (gone
+-- in Redis 7). It touches only KEYS[1], so it runs on Redis Cluster too.
+
+local MAX_INT = '9223372036854775807' -- 2^63-1, which a Lua number cannot hold
+local TWO_63 = 9223372036854775808 -- 2^63, exact as a double
+local TWO_53 = 9007199254740992 -- integers up to here are exact as doubles
+local MAX_NUM = 1e15
+local MAX_TTL_MS = 315360000000 -- 10 years of 365 days, in milliseconds
+
+local key = KEYS[1]
+
+-- number parses an argument; nil when absent, empty or not a number. Note
+-- that Lua's tonumber accepts "nan" and "inf": callers check ranges with
+-- comparisons, which NaN fails.
+local function number(s)
+  if s == nil or s == '' then
+    return nil
+  end
+  return tonumber(s)
+end
+
+-- micros parses a time argument: an integer in [0, 2^53), or nil.
+local function micros(s)
+  local t = number(s)
+  if t and t >= 0 and t < TWO_53 and t == math.floor(t) then
+    return t
+  end
+  return nil
+end
+
+-- saturate mirrors bucket.saturate for the non-negative whole numbers it is
+-- given: values from 2^63 up (and NaN) become the string 2^63-1.
+local function saturate(f)
+  if not (f < TWO_63) then
+    return MAX_INT
+  end
+  return f
+end
+
+-- round mirrors Go's math.Round (half away from zero) for x >= 0: x - floor(x)
+-- is exact in floating point, so the comparison with 0.5 is too.
+local function round(x)
+  local r = math.floor(x)
+  if x - r >= 0.5 then
+    r = r + 1
+  end
+  return r
+end
+
+-- ceil_ms mirrors bucket.ceilMillis: amount / rate seconds in ms, rounded up,
+-- but snapped to a whole number within min(1e-9 relative, 1e-6 ms) of it.
+local function ceil_ms(amount, rate)
+  if amount <= 0 then
+    return 0
+  end
+  local ms = amount / rate * 1000
+  local r = round(ms)
+  local tolerance = ms * 1e-9
+  if tolerance > 1e-6 then
+    tolerance = 1e-6
+  end
+  if math.abs(ms - r) <= tolerance then
+    return saturate(r)
+  end
+  return saturate(math.ceil(ms))
+end
+
+-- tokens_at mirrors State.TokensAt: refill since ts, clamped to capacity; a
+-- now at or before ts adds nothing.
+local function tokens_at(tokens, ts, capacity, rate, now)
+  local elapsed = now - ts
+  if elapsed > 0 then
+    tokens = tokens + elapsed / 1000000 * rate
+  end
+  if capacity < tokens then
+    return capacity
+  end
+  return tokens
+end
+
+-- decide mirrors bucket.decide.
+local function decide(capacity, rate, cost, after, allowed)
+  local retry
+  if allowed then
+    retry = 0
+  elseif cost > capacity then
+    retry = -1
+  else
+    retry = ceil_ms(cost - after, rate)
+  end
+  return {
+    allowed and 1 or 0,
+    saturate(math.floor(after)),
+    retry,
+    ceil_ms(capacity - after, rate),
+  }
+end
+
+-- ttl_ms is the PEXPIRE of a stored state: the ms from now until tokens
+-- stamped ts are refilled to capacity, rounded up, in [2, MAX_TTL_MS].
+-- Redis expires a key once its clock in whole ms is past the deadline, so
+-- never early, except that PEXPIRE 1 deletes the key at once when Redis's
+-- millisecond ticks inside the command; 2 is the smallest safe value.
+local function ttl_ms(capacity, rate, tokens, ts, now)
+  local ms = (capacity - tokens) / rate * 1000 + (ts - now) / 1000
+  if not (ms < MAX_TTL_MS) then
+    return MAX_TTL_MS
+  end
+  ms = math.ceil(ms)
+  if ms < 2 then
+    return 2
+  end
+  return ms
+end
+
+-- store writes a state, or deletes the key when the state is full: a full
+-- bucket is the same as no bucket, and bucketd's shards delete them too.
+-- Numbers are formatted here rather than left to redis.call, whose own
+-- conversion differs between Redis versions: %.17g reads back as the same
+-- float64 in every language, %.0f writes a whole number without exponent.
+local function store(capacity, rate, tokens, ts, now)
+  if tokens >= capacity then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%.0f', ts))
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms(capacity, rate, tokens, ts, now)))
+end
+
+-- stored_ts is the ts of the stored state, or nil.
+local function stored_ts()
+  return micros(redis.call('HGET', key, 'ts'))
+end
+
+local op = ARGV[4]
+if op == nil or op == '' then
+  op = 'acquire'
+end
+
+if op == 'del' then
+  local ts = micros(ARGV[5])
+  if not ts then
+    return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+  end
+  local cur = stored_ts()
+  if cur and cur > ts then
+    return 0
+  end
+  redis.call('DEL', key)
+  return 1
+end
+
+if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' then
+  return redis.error_reply('ERR invalid op: must be acquire, peek, put or del')
+end
+
+local capacity = number(ARGV[1])
+if not (capacity and capacity > 0 and capacity <= MAX_NUM) then
+  return redis.error_reply('ERR invalid capacity: must be a finite number > 0')
+end
+local rate = number(ARGV[2])
+if not (rate and rate > 0 and rate <= MAX_NUM) then
+  return redis.error_reply('ERR invalid rate: must be a finite number > 0')
+end
+
+if op == 'put' then
+  local ts = micros(ARGV[5])
+  if not ts then
+    return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+  end
+  local tokens = number(ARGV[6])
+  if not (tokens and tokens >= 0 and tokens < math.huge) then
+    return redis.error_reply('ERR invalid tokens: must be a finite number >= 0')
+  end
+  local cur = stored_ts()
+  if cur and cur > ts then
+    return 0
+  end
+  store(capacity, rate, tokens, ts, ts)
+  return 1
+end
+
+local cost = 1
+if ARGV[3] ~= nil and ARGV[3] ~= '' then
+  cost = tonumber(ARGV[3])
+  if not (cost and cost >= 0 and cost <= MAX_NUM) then
+    return redis.error_reply('ERR invalid cost: must be a finite number >= 0')
+  end
+end
+
+local now
+if ARGV[5] == nil or ARGV[5] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = micros(ARGV[5])
+  if not now then
+    return redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
+  end
+end
+
+-- The stored state, when there is a valid one; anything else (no key, a
+-- missing or malformed field) is a bucket nobody has used: full.
+local st = redis.call('HMGET', key, 'tokens', 'ts')
+local tokens, ts = number(st[1]), micros(st[2])
+local exists = tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
+
+if op == 'peek' or cost == 0 then
+  -- bucket.Peek: nothing is written and nothing is created.
+  local t = capacity
+  if exists then
+    t = tokens_at(tokens, ts, capacity, rate, now)
+  end
+  local allowed = t >= cost
+  if allowed then
+    t = t - cost
+  end
+  return decide(capacity, rate, cost, t, allowed)
+end
+
+-- bucket.Acquire, then store as the shards do.
+if not exists then
+  tokens, ts = capacity, now
+end
+local t = tokens_at(tokens, ts, capacity, rate, now)
+local allowed = t >= cost
+if allowed then
+  t = t - cost
+end
+if now > ts then
+  ts = now
+end
+store(capacity, rate, t, ts, now)
+return decide(capacity, rate, cost, t, allowed)
