@@ -259,6 +259,11 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 		}
 		rs := results[next : next+int(p.ops)]
 		next += int(p.ops)
+		if e := firstErr(rs); e != "" {
+			sess.tally.error(ErrUnavailable)
+			c.WriteError(e)
+			continue
+		}
 		if p.kind != planReset && rs[0].WrongType {
 			sess.tally.error(ErrInvalidArg)
 			c.WriteError(errWrongType)
@@ -353,4 +358,14 @@ func (s *Server) planThrottle(sess *session, args [][]byte) {
 	}
 	sess.caller.Add(shard.Op{Kind: shard.Throttle, Key: key, Throttle: q})
 	sess.plan = append(sess.plan, planned{kind: planThrottle, ops: 1})
+}
+
+// firstErr returns the first store error among a command's results.
+func firstErr(rs []shard.Result) string {
+	for i := range rs {
+		if rs[i].Err != "" {
+			return rs[i].Err
+		}
+	}
+	return ""
 }

@@ -47,6 +47,11 @@ type Result struct {
 	// WrongType: the key holds a CL.THROTTLE state and the op is a token
 	// bucket one, or the other way round. Nothing was changed.
 	WrongType bool
+	// Err, from a store that can fail (Redis), replaces the answer with an
+	// error reply: the text after "-" (e.g. "ERR ..."). A store with a
+	// fail-open or fail-closed policy answers Decision instead and leaves
+	// Err empty. The memory shards never set it.
+	Err string
 }
 
 // Batch carries all of one caller's operations for one shard in one message,
