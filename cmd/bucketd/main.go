@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,11 @@ import (
 
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/metrics"
+	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -59,24 +62,46 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
 	logger := newLogger(cfg.LogFormat, level, stderr)
-	if cfg.Replicate != "" || cfg.Store != "" || len(cfg.StoreCluster) > 0 {
-		return errors.New("--replicate, --store and --store-cluster are not available in this build yet; run without them (memory mode)")
+	if cfg.Store != "" || len(cfg.StoreCluster) > 0 {
+		return errors.New("--store and --store-cluster are not available in this build yet; run without them (memory mode) or with --replicate")
 	}
 	tlsConf, err := cfg.TLSConfig()
 	if err != nil {
 		return err
 	}
 
-	group := shard.New(shard.Config{Shards: cfg.Shards})
+	clock := shard.MonotonicClock()
+	groupCfg := shard.Config{Shards: cfg.Shards, Clock: clock}
+	if cfg.Replicate != "" {
+		groupCfg.TrackChanges = cfg.ReplicateQueue
+	}
+	group := shard.New(groupCfg)
 	defer group.Close()
+
+	var rep *replica.Replicator
+	if cfg.Replicate != "" {
+		if rep, err = newReplicator(cfg, group, clock, logger); err != nil {
+			return err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	var srv *resp.Server
-	m, err := metrics.New(reg, metrics.Sources{
+	sources := metrics.Sources{
 		Shards:      group.Stats,
 		QueueDepths: group.QueueDepths,
 		Server:      func() resp.ServerStats { return srv.Stats() },
-	})
+	}
+	if rep != nil {
+		sources.Replication = func() metrics.ReplicationStats {
+			st := rep.Stats()
+			return metrics.ReplicationStats{
+				QueueDepth: st.QueueDepth, QueueCapacity: st.QueueCapacity, LagSeconds: st.LagSeconds,
+				Applied: st.Applied, Dropped: st.Dropped, RedisErrors: st.RedisErrors,
+			}
+		}
+	}
+	m, err := metrics.New(reg, sources)
 	if err != nil {
 		return err
 	}
@@ -103,6 +128,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if cfg.File != "" {
 		serverCfg.Reload = rl.reload
+	}
+	if rep != nil {
+		serverCfg.ExtraInfo = func() []resp.InfoSection { return replicationInfo(cfg, rep.Stats()) }
 	}
 	srv, err = resp.NewServer(serverCfg)
 	if err != nil {
@@ -133,6 +161,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			ln.Close()
 			return fmt.Errorf("metrics on %s: %w (choose another with --metrics-addr, or disable with --metrics-addr=)", cfg.MetricsAddr, err)
 		}
+	}
+
+	// A replicating bucketd takes its state back from Redis before it
+	// answers anyone, so a restart does not hand every client a fresh
+	// burst; /readyz says "not ready" meanwhile.
+	var repDone chan struct{}
+	repCtx, stopRep := context.WithCancel(context.Background())
+	defer stopRep()
+	if rep != nil {
+		loadCtx, cancelLoad := context.WithTimeout(ctx, 60*time.Second)
+		start := time.Now()
+		n, err := rep.Load(loadCtx)
+		cancelLoad()
+		if err != nil {
+			logger.Error("could not load bucket state from Redis; starting with what was loaded", "loaded", n, "err", err)
+		} else {
+			logger.Info("loaded bucket state from Redis", "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+		}
+		repDone = make(chan struct{})
+		go func() { defer close(repDone); rep.Run(repCtx) }()
 	}
 
 	hup := make(chan os.Signal, 1)
@@ -171,6 +219,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if err := <-serveErr; err != nil {
 		logger.Warn("serve ended with an error", "err", err)
+	}
+	if rep != nil {
+		// Nothing decides any more: write the last changes to Redis.
+		stopRep()
+		<-repDone
+		if err := rep.Flush(shutdownCtx); err != nil {
+			logger.Warn("replication could not flush every change before exit", "err", err)
+		} else {
+			logger.Info("replication flushed")
+		}
 	}
 	group.Close()
 	if metricsSrv != nil {
@@ -268,4 +326,37 @@ func healthcheck(args []string, getenv func(string) string) error {
 		return fmt.Errorf("healthcheck: %s answered %s", url, res.Status)
 	}
 	return nil
+}
+
+// newReplicator connects the replication target. The client never retries
+// on its own: the replicator retries whole batches with backoff.
+func newReplicator(cfg config.Config, group *shard.Group, clock shard.Clock, logger *slog.Logger) (*replica.Replicator, error) {
+	opts, err := redis.ParseURL(cfg.Replicate)
+	if err != nil {
+		return nil, fmt.Errorf("--replicate: %w", err)
+	}
+	opts.MaxRetries = -1
+	return replica.New(replica.Config{
+		Client:       redis.NewClient(opts),
+		Group:        group,
+		Prefix:       cfg.ReplicatePrefix,
+		OffsetMicros: time.Now().UnixMicro() - clock(),
+		Capacity:     cfg.ReplicateQueue,
+		Logger:       logger,
+	})
+}
+
+func replicationInfo(cfg config.Config, st replica.Stats) []resp.InfoSection {
+	i := func(n int64) string { return strconv.FormatInt(n, 10) }
+	return []resp.InfoSection{{Title: "Replication", Fields: []resp.InfoField{
+		{Name: "bucketd_mode", Value: "replicate"},
+		{Name: "replicate_prefix", Value: cfg.ReplicatePrefix},
+		{Name: "replicate_queue_depth", Value: i(st.QueueDepth)},
+		{Name: "replicate_queue_capacity", Value: i(st.QueueCapacity)},
+		{Name: "replicate_lag_seconds", Value: strconv.FormatFloat(st.LagSeconds, 'f', 3, 64)},
+		{Name: "replicate_applied_total", Value: i(st.Applied)},
+		{Name: "replicate_dropped_total", Value: i(st.Dropped)},
+		{Name: "replicate_errors_total", Value: i(st.RedisErrors)},
+		{Name: "replicate_resyncs_total", Value: i(st.Resyncs)},
+	}}}
 }

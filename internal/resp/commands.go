@@ -509,6 +509,17 @@ func (s *Server) info(sections [][]byte) []byte {
 		field("shards", int64(s.cfg.Limiter.ShardCount()))
 		field("shard_queue_depth", st.QueueDepth)
 	}
+	if s.cfg.ExtraInfo != nil {
+		for _, sec := range s.cfg.ExtraInfo() {
+			if !want(strings.ToLower(sec.Title)) {
+				continue
+			}
+			section(sec.Title)
+			for _, f := range sec.Fields {
+				text(f.Name, f.Value)
+			}
+		}
+	}
 	if want("keyspace") {
 		section("Keyspace")
 		if st.Buckets > 0 {

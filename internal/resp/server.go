@@ -60,6 +60,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// TLS, when set, serves TLS on the client port.
 	TLS *tls.Config
+	// ExtraInfo, when set, adds sections to INFO (replication, store).
+	ExtraInfo func() []InfoSection
 	// Reload, when set, is what CONFIG RELOAD calls; its error is reported
 	// to the client and the running configuration stays.
 	Reload  func() error
@@ -70,6 +72,19 @@ type Config struct {
 	// ready, and the number of commands. At pipeline depth 1 that is the
 	// command latency. It must be cheap and safe for concurrent use.
 	ObservePipeline func(seconds float64, commands int)
+}
+
+// InfoSection is one "# Title" block of INFO; requested as its lower-case
+// title.
+type InfoSection struct {
+	Title  string
+	Fields []InfoField
+}
+
+// InfoField is one "name:value" line of INFO.
+type InfoField struct {
+	Name  string
+	Value string
 }
 
 // Defaults of Config and Limits.

@@ -105,12 +105,19 @@ func (s *shard) collect(b *Batch) {
 	s.pending.Store(int64(len(s.dirty)))
 }
 
+// trackAll marks every live bucket changed. It ignores the tracking
+// capacity on purpose: a resync must reach every bucket, and the set it
+// builds is bounded by the live buckets themselves.
 func (s *shard) trackAll(now int64) {
+	if s.dirty == nil {
+		return
+	}
 	for i := range s.entries {
 		if !s.entries[i].gcra {
-			s.track(s.entries[i].key, now)
+			s.dirty[s.entries[i].key] = now
 		}
 	}
+	s.pending.Store(int64(len(s.dirty)))
 }
 
 // load stores a state read back from Redis unless the key already has one:
@@ -183,6 +190,9 @@ func (s *shard) answer(b *Batch) {
 			peeks++
 		case Load:
 			s.load(op)
+		case Exists:
+			idx, ok := s.index[string(op.Key)]
+			b.Results[i] = Result{Exists: ok && !s.entries[idx].full(now)}
 		case collectKind:
 			s.collect(b)
 		case trackAllKind:

@@ -25,6 +25,9 @@ const (
 	// Load stores Op.State with Op.Limit unless the key already has state:
 	// how a restarted bucketd takes its buckets back from Redis.
 	Load
+	// Exists reports in Result.Exists whether the key has state that is not
+	// full yet: how replication finds stale keys in Redis.
+	Exists
 )
 
 // Op is one operation on one bucket. Key is only read until the Batch that
@@ -44,6 +47,7 @@ type Result struct {
 	Decision bucket.Decision       // for Acquire and Peek
 	Throttle bucket.ThrottleResult // for Throttle
 	Removed  bool                  // for Reset: the bucket existed and was removed
+	Exists   bool                  // for Exists
 	// WrongType: the key holds a CL.THROTTLE state and the op is a token
 	// bucket one, or the other way round. Nothing was changed.
 	WrongType bool
@@ -280,8 +284,8 @@ func (g *Group) Collect(i int, dst []Change, max int) ([]Change, error) {
 
 // TrackAll marks every live key of every shard as changed, so the next
 // Collects hand out the whole state: how replication catches up after it
-// had to drop changes. Keys beyond the tracking capacity are dropped and
-// counted as usual.
+// had to drop changes. It may exceed the tracking capacity, up to the number
+// of live buckets.
 func (g *Group) TrackAll() error {
 	for i := range g.shards {
 		b := &Batch{Ops: []Op{{Kind: trackAllKind}}, Done: make(chan *Batch, 1)}

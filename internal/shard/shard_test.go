@@ -330,7 +330,7 @@ func TestTrackChangesCollectAndLoad(t *testing.T) {
 	if err := g.TrackAll(); err != nil {
 		t.Fatal(err)
 	}
-	if all, _ := g.Collect(0, nil, 10); len(all) != 3 { // a, d, e
+	if all, _ := g.Collect(0, nil, 10); len(all) != 3 { // every live key: a, d and e (even e, whose change was dropped)
 		t.Fatalf("TrackAll then Collect: %+v", all)
 	}
 	// Load fills in keys this process has not seen, and never overwrites.

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestKill9AndRestartKeepsADrainedKeyDrained: replicate mode, drain a key,
+// kill -9 bucketd once the copy has it, restart with --replicate: the key is
+// still drained.
+func TestKill9AndRestartKeepsADrainedKeyDrained(t *testing.T) {
+	rs := redistest.Start(t)
+	url := "redis://" + rs.Addr
+	p := startBinary(t, "--replicate", url)
+	c := p.client(t)
+	ctx := context.Background()
+	for range 5 {
+		if err := c.Do(ctx, "TB.ACQUIRE", "user:9", "5", "0.01").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, _ := c.Do(ctx, "TB.ACQUIRE", "user:9", "5", "0.01").Int64(); v != 0 {
+		t.Fatal("the key is not drained")
+	}
+	red := rs.Client()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tokens, err := red.HGet(ctx, "tb:user:9", "tokens").Float64()
+		if err == nil && tokens < 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drained state never reached Redis: %v %v", tokens, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	p2 := startBinary(t, "--replicate", url)
+	if !strings.Contains(p2.stderr.String(), "loaded bucket state from Redis") || !strings.Contains(p2.stderr.String(), "buckets=1") {
+		t.Fatalf("no load logged:\n%s", p2.stderr)
+	}
+	c2 := p2.client(t)
+	if v, err := c2.Do(ctx, "TB.ACQUIRE", "user:9", "5", "0.01").Int64(); err != nil || v != 0 {
+		t.Fatalf("after kill -9 and restart the drained key answered %v, %v; want 0", v, err)
+	}
+	info := c2.Info(ctx, "replication").Val()
+	if !strings.Contains(info, "bucketd_mode:replicate") {
+		t.Fatalf("INFO replication: %q", info)
+	}
+}
+
+// TestReplicateSurvivesRedisStoppedUnderLoad: Redis is SIGSTOPped while 20
+// clients hammer bucketd: no errors, no slow replies; after SIGCONT the copy
+// converges to bucketd's state.
+func TestReplicateSurvivesRedisStoppedUnderLoad(t *testing.T) {
+	rs := redistest.Start(t)
+	p := startBinary(t, "--replicate", "redis://"+rs.Addr)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var slowest time.Duration
+	errs := 0
+	stop := make(chan struct{})
+	for w := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: p.addr})
+			defer c.Close()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				err := c.Do(ctx, "TB.ACQUIRE", fmt.Sprint("w", w, ":", i%50), "100", "1").Err()
+				d := time.Since(start)
+				mu.Lock()
+				if err != nil {
+					errs++
+				}
+				slowest = max(slowest, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	rs.Pause()
+	time.Sleep(2500 * time.Millisecond) // beyond the replicator's write timeout
+	rs.Resume()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if errs != 0 || slowest > time.Second {
+		t.Fatalf("with Redis stopped: %d errors, slowest reply %v", errs, slowest)
+	}
+	t.Logf("slowest reply while Redis was stopped: %v", slowest)
+	// Converged: every bucket in Redis matches what bucketd answers now.
+	c := p.client(t)
+	red := rs.Client()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info := c.Info(ctx, "replication").Val()
+		if strings.Contains(info, "replicate_queue_depth:0\r\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replication did not drain:\n%s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	keys := red.Keys(ctx, "tb:*").Val()
+	if len(keys) == 0 {
+		t.Fatal("nothing replicated")
+	}
+	for _, k := range keys[:min(len(keys), 200)] {
+		h := red.HGetAll(ctx, k).Val()
+		tokens, _ := strconv.ParseFloat(h["tokens"], 64)
+		ts, _ := strconv.ParseInt(h["ts"], 10, 64)
+		nowTokens := min(100, tokens+float64(time.Now().UnixMicro()-ts)/1e6*1)
+		v, err := c.Do(ctx, "TB.PEEK", strings.TrimPrefix(k, "tb:"), "100", "1", "0").Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := float64(v[1]) - nowTokens; d > 1 || d < -1 {
+			t.Fatalf("%s: Redis's copy means %.3f tokens now, bucketd says %d", k, nowTokens, v[1])
+		}
+	}
+}

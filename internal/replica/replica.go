@@ -1,0 +1,424 @@
+// Package replica copies bucketd's bucket state to Redis, asynchronously,
+// through the same Lua script that implements the math (bucket.Script), so
+// that the Redis copy holds exactly the state memory holds, in the seeds'
+// format (HASH tokens/ts with a PEXPIRE), readable by other programs and by
+// a restarted bucketd.
+//
+// Memory decides; replication never slows a decision. The shards remember
+// which keys changed (shard.Config.TrackChanges, bounded); the Replicator
+// collects those keys every Interval and writes their current state with
+// the script's "put" (or "del") operation, carrying bucketd's own timestamp
+// and guarded so an older state never overwrites a newer one. A key changed
+// a thousand times between two collections is written once: Redis runs the
+// script several times slower than bucketd decides, so coalescing is what
+// lets it keep up. When Redis is slow or down the writes wait, with backoff;
+// the shards keep deciding and keep coalescing; changes beyond the tracking
+// capacity are dropped and counted, and once Redis answers again the
+// Replicator re-sends the whole live state so the copy converges.
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config sets up a Replicator. Zero values pick the defaults in parentheses.
+type Config struct {
+	Client redis.UniversalClient // where the copy lives; create it with MaxRetries: -1
+	Group  *shard.Group          // with TrackChanges > 0
+	Prefix string                // put before every key in Redis ("tb:")
+	// OffsetMicros turns the shards' clock into Unix microseconds:
+	// unix = shard time + OffsetMicros. Redis stores Unix time so that
+	// other programs and restarted processes can read it.
+	OffsetMicros int64
+	Interval     time.Duration // between collections (10ms)
+	Batch        int           // changes per pipeline (1024)
+	Timeout      time.Duration // for one pipeline (2s)
+	Capacity     int           // the tracking capacity, for Stats (0)
+	Logger       *slog.Logger  // (slog.Default())
+}
+
+// Stats are the replication figures for INFO and metrics.
+type Stats struct {
+	QueueDepth    int64   // changed keys not yet written
+	QueueCapacity int64   // most changed keys tracked at once
+	LagSeconds    float64 // age of the oldest unwritten change (0 when none)
+	Applied       int64   // states and deletions written to Redis
+	Dropped       int64   // changes not tracked because the capacity was full
+	RedisErrors   int64   // failed pipelines
+	Resyncs       int64   // full re-sends after drops
+}
+
+// Replicator runs the copy. Run it with Run; Flush at shutdown.
+type Replicator struct {
+	cfg    Config
+	script *redis.Script
+
+	mu      sync.Mutex     // one writer at a time: Run's loop or Flush
+	retry   []shard.Change // a failed batch, written first next time
+	scratch []shard.Change
+
+	applied    atomic.Int64
+	errs       atomic.Int64
+	resyncs    atomic.Int64
+	retrying   atomic.Int64 // len(retry), readable without mu
+	lastClean  atomic.Int64 // Unix nanos of the last Flush that wrote everything
+	droppedAt  int64        // shard drop count at the last resync
+	failing    bool
+	lastLog    time.Time
+	suppressed int
+}
+
+// New checks cfg and returns a Replicator.
+func New(cfg Config) (*Replicator, error) {
+	if cfg.Client == nil || cfg.Group == nil {
+		return nil, errors.New("replica: Config.Client and Config.Group are required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "tb:"
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 10 * time.Millisecond
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1024
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replicator{cfg: cfg, script: redis.NewScript(bucket.Script)}
+	r.lastClean.Store(time.Now().UnixNano())
+	return r, nil
+}
+
+// Run collects and writes changes every Interval until ctx ends. Redis
+// errors are logged at a bounded rate and retried with backoff.
+func (r *Replicator) Run(ctx context.Context) {
+	backoff := time.Duration(0)
+	timer := time.NewTimer(r.cfg.Interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		err := r.Flush(ctx)
+		switch {
+		case err == nil:
+			backoff = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		}
+		timer.Reset(r.cfg.Interval + backoff)
+	}
+}
+
+// Flush writes every change collected so far (and a pending retry). It
+// returns the first Redis error; what could not be written stays queued.
+func (r *Replicator) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	defer func() { r.retrying.Store(int64(len(r.retry))) }()
+	if len(r.retry) > 0 {
+		if err := r.write(ctx, r.retry); err != nil {
+			return r.failed(err)
+		}
+		r.retry = r.retry[:0]
+	}
+	for i := range r.cfg.Group.Len() {
+		for {
+			changes, err := r.cfg.Group.Collect(i, r.scratch[:0], r.cfg.Batch)
+			r.scratch = changes
+			if err != nil {
+				return err // shards closed: nothing more to collect
+			}
+			if len(changes) == 0 {
+				break
+			}
+			if err := r.write(ctx, changes); err != nil {
+				r.retry = append(r.retry[:0], changes...)
+				return r.failed(err)
+			}
+		}
+	}
+	r.recovered()
+	// Changes dropped while tracking was full are lost from the change
+	// sets; re-send the whole live state so the copy converges.
+	if dropped := r.cfg.Group.Stats().ChangesDropped; dropped != r.droppedAt {
+		r.droppedAt = dropped
+		r.resyncs.Add(1)
+		r.cfg.Logger.Warn("replication dropped changes while Redis was behind; re-sending the whole state", "dropped_total", dropped)
+		if err := r.cfg.Group.TrackAll(); err != nil {
+			return err
+		}
+		// Dropped deletions cannot be re-sent from the live state: remove
+		// what Redis holds and memory does not.
+		if err := r.reconcile(ctx); err != nil {
+			r.droppedAt = -1 // try the whole resync again next time
+			return r.failed(err)
+		}
+	}
+	r.lastClean.Store(time.Now().UnixNano())
+	return nil
+}
+
+// write sends one pipeline of puts and deletions. Both are idempotent (the
+// script keeps the newer of two states), so a batch that failed half way is
+// simply written again.
+func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	run := func(useEval bool) ([]redis.Cmder, error) {
+		return r.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range changes {
+				keys, args := r.args(&changes[i])
+				if useEval {
+					p.Eval(ctx, bucket.Script, keys, args...)
+				} else {
+					p.EvalSha(ctx, r.script.Hash(), keys, args...)
+				}
+			}
+			return nil
+		})
+	}
+	cmds, err := run(false)
+	if err != nil && isNoScript(cmds) {
+		// Redis lost its script cache (restart, failover): load it and
+		// write again; nothing of a NOSCRIPT call ran.
+		cmds, err = run(true)
+	}
+	if err != nil {
+		for _, c := range cmds {
+			if c.Err() != nil {
+				return fmt.Errorf("replica: %w", c.Err())
+			}
+		}
+		return fmt.Errorf("replica: %w", err)
+	}
+	r.applied.Add(int64(len(changes)))
+	return nil
+}
+
+func (r *Replicator) args(c *shard.Change) ([]string, []any) {
+	keys := []string{r.cfg.Prefix + c.Key}
+	if c.Deleted {
+		return keys, bucket.DelArgs(c.At + r.cfg.OffsetMicros)
+	}
+	st := c.State
+	st.Last += r.cfg.OffsetMicros
+	return keys, bucket.PutArgs(c.Limit, st)
+}
+
+func isNoScript(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// failed counts and logs a Redis error, at most one line a second.
+func (r *Replicator) failed(err error) error {
+	r.errs.Add(1)
+	r.failing = true
+	if time.Since(r.lastLog) >= time.Second {
+		r.cfg.Logger.Warn("replication to Redis failing; bucketd keeps deciding from memory and will retry",
+			"err", err, "suppressed", r.suppressed)
+		r.lastLog, r.suppressed = time.Now(), 0
+	} else {
+		r.suppressed++
+	}
+	return err
+}
+
+func (r *Replicator) recovered() {
+	if r.failing {
+		r.failing = false
+		r.cfg.Logger.Info("replication to Redis recovered")
+	}
+}
+
+// Stats returns the replication figures.
+func (r *Replicator) Stats() Stats {
+	st := r.cfg.Group.Stats()
+	depth := st.ChangesPending + r.retrying.Load()
+	lag := 0.0
+	if depth > 0 {
+		lag = time.Since(time.Unix(0, r.lastClean.Load())).Seconds()
+	}
+	return Stats{
+		QueueDepth:    depth,
+		QueueCapacity: int64(r.cfg.Capacity),
+		LagSeconds:    lag,
+		Applied:       r.applied.Load(),
+		Dropped:       st.ChangesDropped,
+		RedisErrors:   r.errs.Load(),
+		Resyncs:       r.resyncs.Load(),
+	}
+}
+
+// reconcile deletes from Redis every bucket under the prefix that memory
+// does not hold (or holds full). The deletions carry a timestamp just before
+// the check, so a state memory writes after the check is never removed.
+func (r *Replicator) reconcile(ctx context.Context) error {
+	return r.scanKeys(ctx, func(ctx context.Context, c redis.UniversalClient, keys []string) error {
+		caller := r.cfg.Group.NewCaller()
+		for _, k := range keys {
+			caller.Add(shard.Op{Kind: shard.Exists, Key: []byte(strings.TrimPrefix(k, r.cfg.Prefix))})
+		}
+		checked := time.Now().UnixMicro() - 1
+		res, err := caller.Run()
+		if err != nil {
+			return err
+		}
+		var stale []shard.Change
+		for i, k := range keys {
+			if !res[i].Exists {
+				stale = append(stale, shard.Change{Key: strings.TrimPrefix(k, r.cfg.Prefix), Deleted: true, At: checked - r.cfg.OffsetMicros})
+			}
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		return r.write(ctx, stale)
+	})
+}
+
+// scanKeys calls fn with batches of the keys under the prefix, on every
+// master of a cluster.
+func (r *Replicator) scanKeys(ctx context.Context, fn func(context.Context, redis.UniversalClient, []string) error) error {
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, r.cfg.Prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 1000 {
+				if err := fn(ctx, c, keys); err != nil {
+					return err
+				}
+				keys = keys[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		return fn(ctx, c, keys)
+	}
+	if cc, ok := r.cfg.Client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+	}
+	return scan(ctx, r.cfg.Client)
+}
+
+// Load reads every bucket under the prefix from Redis into the shards, for
+// keys this process has no state for yet, so that a restart does not hand
+// every client a fresh burst. It returns the number of buckets loaded.
+//
+// Redis stores tokens and ts but not the limit; the next call brings the
+// limit. Until then the sweeper must know when the bucket is full, which
+// the key's PTTL says, so a loaded bucket gets a stand-in limit that
+// refills it exactly when Redis would expire it.
+func (r *Replicator) Load(ctx context.Context) (int, error) {
+	loaded := 0
+	err := r.scanKeys(ctx, func(ctx context.Context, c redis.UniversalClient, keys []string) error {
+		n, err := r.loadKeys(ctx, c, keys)
+		loaded += n
+		return err
+	})
+	if err != nil {
+		return loaded, fmt.Errorf("replica: loading state from Redis: %w", err)
+	}
+	return loaded, nil
+}
+
+func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys []string) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	var now time.Time
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.HMGet(ctx, k, "tokens", "ts")
+			p.PTTL(ctx, k)
+		}
+		return nil
+	})
+	now = time.Now()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	caller := r.cfg.Group.NewCaller()
+	n := 0
+	for i, k := range keys {
+		vals, err1 := cmds[2*i].(*redis.SliceCmd).Result()
+		pttl, err2 := cmds[2*i+1].(*redis.DurationCmd).Result()
+		if err1 != nil || err2 != nil || len(vals) != 2 || pttl <= 0 {
+			continue // gone, not a bucket, or without expiry: not ours
+		}
+		tokens, ok1 := parseFloat(vals[0])
+		ts, ok2 := parseInt(vals[1])
+		if !ok1 || !ok2 {
+			continue
+		}
+		last := ts - r.cfg.OffsetMicros
+		nowMono := now.UnixMicro() - r.cfg.OffsetMicros
+		sinceLast := math.Max(float64(nowMono-last)/1e6, 0)
+		untilFull := sinceLast + pttl.Seconds()
+		caller.Add(shard.Op{
+			Kind:  shard.Load,
+			Key:   []byte(strings.TrimPrefix(k, r.cfg.Prefix)),
+			State: bucket.State{Tokens: tokens, Last: last},
+			Limit: bucket.Limit{Capacity: tokens + 1, Rate: 1 / untilFull},
+		})
+		n++
+	}
+	if _, err := caller.Run(); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func parseFloat(v any) (float64, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0
+}
+
+func parseInt(v any) (int64, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}

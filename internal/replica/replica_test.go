@@ -1,0 +1,254 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/replica"
+	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/redis/go-redis/v9"
+)
+
+type fixture struct {
+	group  *shard.Group
+	rep    *replica.Replicator
+	client *redis.Client
+	offset int64
+}
+
+func newFixture(t *testing.T, srv *redistest.Server, capacity int) *fixture {
+	t.Helper()
+	clock := shard.MonotonicClock()
+	group := shard.New(shard.Config{Shards: 4, Clock: clock, TrackChanges: capacity})
+	t.Cleanup(group.Close)
+	client := srv.Client(&redis.Options{MaxRetries: -1})
+	offset := time.Now().UnixMicro() - clock()
+	rep, err := replica.New(replica.Config{Client: client, Group: group, Prefix: "tb:", OffsetMicros: offset, Capacity: capacity, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{group: group, rep: rep, client: client, offset: offset}
+}
+
+// memoryState dumps every live bucket of the group, through TrackAll and
+// Collect.
+func (f *fixture) memoryState(t *testing.T) map[string]bucket.State {
+	t.Helper()
+	if err := f.group.TrackAll(); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bucket.State{}
+	for i := range f.group.Len() {
+		for {
+			ch, err := f.group.Collect(i, nil, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ch) == 0 {
+				break
+			}
+			now := time.Now().UnixMicro() - f.offset
+			for _, c := range ch {
+				// A bucket that refilled but was not swept yet is, for
+				// Redis, an expired key: compare only the ones not full.
+				if !c.Deleted && !c.State.IsFull(c.Limit, now) {
+					out[c.Key] = c.State
+				}
+			}
+		}
+	}
+	return out
+}
+
+// redisState reads every bucket under tb: back, with ts on the shard clock.
+func (f *fixture) redisState(t *testing.T) map[string]bucket.State {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := f.client.Keys(ctx, "tb:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bucket.State{}
+	for _, k := range keys {
+		h, err := f.client.HGetAll(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, err1 := strconv.ParseFloat(h["tokens"], 64)
+		ts, err2 := strconv.ParseInt(h["ts"], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: unreadable hash %v", k, h)
+		}
+		pttl := f.client.PTTL(ctx, k).Val()
+		if pttl <= 0 {
+			t.Fatalf("%s: no expiry (%v)", k, pttl)
+		}
+		if pttl < 50*time.Millisecond {
+			continue // about to expire: memory may already have swept it as full
+		}
+		out[k[len("tb:"):]] = bucket.State{Tokens: tokens, Last: ts - f.offset}
+	}
+	return out
+}
+
+func compare(t *testing.T, mem, red map[string]bucket.State) {
+	t.Helper()
+	mismatches := 0
+	for k, m := range mem {
+		if r, ok := red[k]; !ok || r != m {
+			mismatches++
+			if mismatches < 5 {
+				t.Errorf("%q: memory %+v, redis %+v (present %v)", k, m, r, ok)
+			}
+		}
+	}
+	for k := range red {
+		if _, ok := mem[k]; !ok {
+			mismatches++
+			if mismatches < 5 {
+				t.Errorf("%q: in Redis, not in memory", k)
+			}
+		}
+	}
+	t.Logf("%d buckets in memory, %d in Redis, %d mismatches", len(mem), len(red), mismatches)
+}
+
+// drive runs n random operations on a small key space: acquires of random
+// costs and limits, peeks, resets.
+func drive(t *testing.T, g *shard.Group, rng *rand.Rand, n int) {
+	t.Helper()
+	c := g.NewCaller()
+	for i := range n {
+		key := []byte(fmt.Sprint("k", rng.IntN(300)))
+		lim := bucket.Limit{Capacity: float64(1 + rng.IntN(20)), Rate: []float64{0.001, 0.5, 3}[rng.IntN(3)]}
+		switch r := rng.IntN(10); {
+		case r < 7:
+			c.Add(shard.Op{Kind: shard.Acquire, Key: key, Limit: lim, Cost: float64(rng.IntN(4))})
+		case r < 9:
+			c.Add(shard.Op{Kind: shard.Peek, Key: key, Limit: lim, Cost: 1})
+		default:
+			c.Add(shard.Op{Kind: shard.Reset, Key: key})
+		}
+		if i%16 == 15 {
+			if _, err := c.Run(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplicatedStateEqualsMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFixture(t, srv, 1<<16)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 5 {
+		drive(t, f.group, rng, 4000)
+		if err := f.rep.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compare(t, f.memoryState(t), f.redisState(t))
+	if st := f.rep.Stats(); st.Applied == 0 || st.RedisErrors != 0 || st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestRestartLoadsDrainedKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	first := newFixture(t, srv, 1024)
+	c := first.group.NewCaller()
+	c.Add(shard.Op{Kind: shard.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 5})
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.rep.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A new process: new clock, new shards, state from Redis.
+	second := newFixture(t, srv, 1024)
+	n, err := second.rep.Load(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("loaded %d, %v", n, err)
+	}
+	c2 := second.group.NewCaller()
+	c2.Add(shard.Op{Kind: shard.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 1})
+	res, err := c2.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Decision.Allowed {
+		t.Fatalf("a restarted bucketd handed a drained key a fresh burst: %+v", res[0].Decision)
+	}
+}
+
+// TestRedisPausedNeitherBlocksNorLoses: with Redis stopped (SIGSTOP),
+// decisions go on at full speed; after it resumes, the copy converges, even
+// though the tracking capacity overflowed meanwhile (full resync).
+func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFixture(t, srv, 64) // small: the outage overflows it
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.rep.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	drive(t, f.group, rng, 1000)
+	srv.Pause()
+	var slowest atomic.Int64
+	start := time.Now()
+	c := f.group.NewCaller()
+	decisions := 0
+	for i := 0; time.Since(start) < 1500*time.Millisecond; i++ { // longer than the 500ms write timeout
+		decisions++
+		t0 := time.Now()
+		c.Add(shard.Op{Kind: shard.Acquire, Key: []byte(fmt.Sprint("p", i%500)), Limit: bucket.Limit{Capacity: 10, Rate: 1}, Cost: 1})
+		if _, err := c.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0).Nanoseconds(); d > slowest.Load() {
+			slowest.Store(d)
+		}
+	}
+	t.Logf("%d decisions in %v with Redis paused; slowest %v", decisions, time.Since(start), time.Duration(slowest.Load()))
+	if time.Duration(slowest.Load()) > 200*time.Millisecond {
+		t.Fatalf("a decision took %v while Redis was paused", time.Duration(slowest.Load()))
+	}
+	srv.Resume()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := f.rep.Stats()
+		if st.QueueDepth == 0 && st.Resyncs > 0 {
+			if err := f.rep.Flush(context.Background()); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replication did not catch up: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if err := f.rep.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := f.rep.Stats()
+	t.Logf("after the pause: %+v", st)
+	if st.Dropped == 0 || st.RedisErrors == 0 {
+		t.Fatalf("expected drops and errors during the pause: %+v", st)
+	}
+	compare(t, f.memoryState(t), f.redisState(t))
+}
