@@ -28,6 +28,7 @@ import (
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -71,16 +72,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	clock := shard.MonotonicClock()
-	groupCfg := shard.Config{Shards: cfg.Shards, Clock: clock}
+	offset := time.Now().UnixMicro() - clock() // shard time + offset = Unix µs
+	groupCfg := shard.Config{Shards: cfg.Shards, Clock: clock, MaxBuckets: cfg.MaxBuckets}
 	if cfg.Replicate != "" {
 		groupCfg.TrackChanges = cfg.ReplicateQueue
 	}
 	group := shard.New(groupCfg)
 	defer group.Close()
 
+	var keeper *snapshot.Keeper
+	if cfg.DataDir != "" {
+		keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: group, OffsetMicros: offset, Logger: logger}
+		if err := loadSnapshot(keeper, cfg.IgnoreCorruptSnapshot, logger); err != nil {
+			return err
+		}
+	}
+
 	var rep *replica.Replicator
 	if cfg.Replicate != "" {
-		if rep, err = newReplicator(cfg, group, clock, logger); err != nil {
+		if rep, err = newReplicator(cfg, group, offset, logger); err != nil {
 			return err
 		}
 	}
@@ -182,6 +192,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		repDone = make(chan struct{})
 		go func() { defer close(repDone); rep.Run(repCtx) }()
 	}
+	if keeper != nil {
+		go keeper.Run(repCtx, cfg.SnapshotInterval)
+	}
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -228,6 +241,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			logger.Warn("replication could not flush every change before exit", "err", err)
 		} else {
 			logger.Info("replication flushed")
+		}
+	}
+	if keeper != nil {
+		start := time.Now()
+		if n, err := keeper.Save(); err != nil {
+			logger.Error("final snapshot failed; the previous one stays", "path", keeper.Path(), "err", err)
+		} else {
+			logger.Info("snapshot written", "path", keeper.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}
 	group.Close()
@@ -330,7 +351,7 @@ func healthcheck(args []string, getenv func(string) string) error {
 
 // newReplicator connects the replication target. The client never retries
 // on its own: the replicator retries whole batches with backoff.
-func newReplicator(cfg config.Config, group *shard.Group, clock shard.Clock, logger *slog.Logger) (*replica.Replicator, error) {
+func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *slog.Logger) (*replica.Replicator, error) {
 	opts, err := redis.ParseURL(cfg.Replicate)
 	if err != nil {
 		return nil, fmt.Errorf("--replicate: %w", err)
@@ -340,7 +361,7 @@ func newReplicator(cfg config.Config, group *shard.Group, clock shard.Clock, log
 		Client:       redis.NewClient(opts),
 		Group:        group,
 		Prefix:       cfg.ReplicatePrefix,
-		OffsetMicros: time.Now().UnixMicro() - clock(),
+		OffsetMicros: offset,
 		Capacity:     cfg.ReplicateQueue,
 		Logger:       logger,
 	})
@@ -359,4 +380,26 @@ func replicationInfo(cfg config.Config, st replica.Stats) []resp.InfoSection {
 		{Name: "replicate_errors_total", Value: i(st.RedisErrors)},
 		{Name: "replicate_resyncs_total", Value: i(st.Resyncs)},
 	}}}
+}
+
+// loadSnapshot restores the buckets of the last snapshot. A corrupt or
+// truncated snapshot stops the start, because starting empty would hand
+// every client a fresh burst, unless the operator said to ignore it.
+func loadSnapshot(k *snapshot.Keeper, ignoreCorrupt bool, logger *slog.Logger) error {
+	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	start := time.Now()
+	n, err := k.Load()
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		logger.Info("no snapshot yet; starting with no buckets", "path", k.Path())
+	case errors.Is(err, snapshot.ErrCorrupt) && ignoreCorrupt:
+		logger.Warn("snapshot is corrupt; starting with no buckets as --ignore-corrupt-snapshot says (the file is overwritten by the next snapshot)", "err", err)
+	case err != nil:
+		return fmt.Errorf("%w; refusing to start with a fresh burst for every client: fix or remove the file, or start with --ignore-corrupt-snapshot to start with no buckets", err)
+	default:
+		logger.Info("loaded snapshot", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }

@@ -21,7 +21,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var binary string // built once by TestMain
+// binary is bucketd built with the race detector, for behaviour; plain is
+// the same without it, for memory figures the detector would inflate.
+// TestMain builds both once.
+var binary, plain string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "bucketd-test")
@@ -36,6 +39,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building bucketd: %v\n%s\n%s", err2, out, out2)
 			os.Exit(1)
 		}
+	}
+	plain = filepath.Join(dir, "bucketd-plain")
+	if out, err := exec.Command("go", "build", "-o", plain, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building bucketd: %v\n%s", err, out)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -94,7 +102,18 @@ var listenLine = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:(\d+)).* m
 // line to learn the port.
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
+	return startExecutable(t, binary, args...)
+}
+
+// startPlainBinary is startBinary without the race detector.
+func startPlainBinary(t *testing.T, args ...string) *process {
+	t.Helper()
+	return startExecutable(t, plain, args...)
+}
+
+func startExecutable(t *testing.T, exe string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(exe, append([]string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

@@ -47,6 +47,11 @@ type Config struct {
 	RedisTimeout    time.Duration // > 0; bounds every reply from Redis
 	OnRedisError    string        // "allow" or "deny"
 
+	MaxBuckets            int           // 0 means no limit
+	DataDir               string        // directory for snapshots; "" disables them
+	SnapshotInterval      time.Duration // >= 1s
+	IgnoreCorruptSnapshot bool          // start empty instead of refusing a corrupt snapshot
+
 	// Policies maps a policy name to its limits; empty (not nil) when the
 	// file names none. Applies live on reload.
 	Policies map[string]Policy
@@ -92,23 +97,24 @@ func Default() Config {
 
 func defaults(shards int) Config {
 	return Config{
-		Addr:            "127.0.0.1:6380",
-		Shards:          shards,
-		MaxKeyBytes:     1024,
-		MaxQueryBytes:   64 << 20,
-		MaxArgs:         1 << 20,
-		ShutdownTimeout: 10 * time.Second,
-		LogLevel:        slog.LevelInfo,
-		LogFormat:       "text",
-		MetricsAddr:     "127.0.0.1:9380",
-		ProtectedMode:   true,
-		MaxClients:      10000,
-		ReplicatePrefix: "tb:",
-		ReplicateQueue:  1 << 16,
-		RedisTimeout:    50 * time.Millisecond,
-		OnRedisError:    "deny",
-		Policies:        map[string]Policy{},
-		in:              inputs{defaultShards: shards},
+		Addr:             "127.0.0.1:6380",
+		Shards:           shards,
+		MaxKeyBytes:      1024,
+		MaxQueryBytes:    64 << 20,
+		MaxArgs:          1 << 20,
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         slog.LevelInfo,
+		LogFormat:        "text",
+		MetricsAddr:      "127.0.0.1:9380",
+		ProtectedMode:    true,
+		MaxClients:       10000,
+		ReplicatePrefix:  "tb:",
+		ReplicateQueue:   1 << 16,
+		RedisTimeout:     50 * time.Millisecond,
+		OnRedisError:     "deny",
+		SnapshotInterval: time.Minute,
+		Policies:         map[string]Policy{},
+		in:               inputs{defaultShards: shards},
 	}
 }
 

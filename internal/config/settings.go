@@ -140,12 +140,35 @@ var settings = []setting{
 		get: func(c *Config) string { return strings.Join(c.StoreCluster, ",") },
 	},
 	duration("redis-timeout", "duration",
-		"how long bucketd waits for each reply from Redis (store and replicate)",
+		"how long store mode waits for each reply from Redis before answering by on-redis-error (replication has its own, longer, per-batch timeout)",
 		func(c *Config) *time.Duration { return &c.RedisTimeout },
 		func(d time.Duration) bool { return d > 0 }, "use a positive duration such as 50ms"),
 	enum("on-redis-error", "allow|deny",
 		"what TB.ACQUIRE answers in store mode when Redis cannot answer in time: allow (fail open) or deny (fail closed)",
 		func(c *Config) *string { return &c.OnRedisError }, "allow", "deny"),
+	integer("max-buckets", "n",
+		"most live buckets kept in memory; beyond it the buckets closest to full are evicted (an evicted bucket answers as full); 0 means no limit",
+		func(c *Config) *int { return &c.MaxBuckets }, 0, math.MaxInt, "use a whole number of buckets, or 0 for no limit"),
+	text("data-dir", "dir",
+		"directory for snapshots of all buckets, written periodically and at shutdown and loaded at start; empty disables them",
+		func(c *Config) *string { return &c.DataDir }, nil),
+	duration("snapshot-interval", "duration",
+		"how often a snapshot is written to data-dir",
+		func(c *Config) *time.Duration { return &c.SnapshotInterval },
+		func(d time.Duration) bool { return d >= time.Second }, "use a duration of at least 1s, such as 1m"),
+	{
+		name: "ignore-corrupt-snapshot", arg: "bool", flag: true,
+		usage: "start with no buckets when the snapshot in data-dir is corrupt or truncated, instead of refusing to start",
+		set: func(c *Config, v string) error {
+			b, ok := parseBool(v)
+			if !ok {
+				return errors.New("use true or false (also yes/no, 1/0)")
+			}
+			c.IgnoreCorruptSnapshot = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(c.IgnoreCorruptSnapshot) },
+	},
 }
 
 // maxShards is the most shards bucketd runs.

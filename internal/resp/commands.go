@@ -506,6 +506,7 @@ func (s *Server) info(sections [][]byte) []byte {
 		field("peek_total", st.Peeks)
 		field("reset_removed_total", st.Resets)
 		field("expired_total", st.Expired)
+		field("evicted_total", st.Evicted)
 		field("shards", int64(s.cfg.Limiter.ShardCount()))
 		field("shard_queue_depth", st.QueueDepth)
 	}

@@ -54,6 +54,10 @@ type shard struct {
 	dirtyMax int
 	pending  atomic.Int64
 	dropped  atomic.Int64
+
+	maxEntries int    // 0: no limit
+	rng        uint64 // xorshift state for eviction samples
+	evicted    atomic.Int64
 }
 
 func newShard(cfg Config, shards int) *shard {
@@ -67,7 +71,57 @@ func newShard(cfg Config, shards int) *shard {
 		s.dirty = make(map[string]int64)
 		s.dirtyMax = max(1, cfg.TrackChanges/shards)
 	}
+	if cfg.MaxBuckets > 0 {
+		s.maxEntries = max(1, cfg.MaxBuckets/shards)
+	}
+	s.rng = uint64(time.Now().UnixNano()) | 1
 	return s
+}
+
+// evictionSample is how many random buckets are compared to choose the one
+// to evict, as Redis samples keys for its approximate LRU: the result is
+// close to the best choice at a fixed cost.
+const evictionSample = 16
+
+// evictOne removes, among a random sample, the bucket that is closest to
+// full at now (smallest share of its capacity missing). It runs only when a
+// new bucket would exceed MaxBuckets.
+func (s *shard) evictOne(now int64) {
+	best, bestMissing := -1, 2.0
+	for range evictionSample {
+		s.rng ^= s.rng << 13
+		s.rng ^= s.rng >> 7
+		s.rng ^= s.rng << 17
+		i := int(s.rng % uint64(len(s.entries)))
+		e := &s.entries[i]
+		missing := 0.0 // a refilled or GCRA-expired bucket: nothing to lose
+		if !e.full(now) {
+			if e.gcra {
+				missing = 0.5 // no token count to compare: rank in the middle
+			} else {
+				missing = 1 - e.state.TokensAt(e.limit, now)/e.limit.Capacity
+			}
+		}
+		if missing < bestMissing {
+			best, bestMissing = i, missing
+		}
+	}
+	if !s.entries[best].gcra {
+		s.track(s.entries[best].key, now) // the copy in Redis must forget it too
+	}
+	s.removeAt(int32(best))
+	s.evicted.Add(1)
+}
+
+// dump copies every live bucket into b.Changes.
+func (s *shard) dump(b *Batch, now int64) {
+	for i := range s.entries {
+		e := &s.entries[i]
+		if e.full(now) {
+			continue
+		}
+		b.Changes = append(b.Changes, Change{Key: e.key, State: e.state, Limit: e.limit, At: now, GCRA: e.gcra})
+	}
 }
 
 // track records that key changed at now. The key string is the entry's own
@@ -126,7 +180,7 @@ func (s *shard) load(op *Op) {
 	if _, exists := s.index[string(op.Key)]; exists {
 		return
 	}
-	s.store(op, 0, false, false, entry{state: op.State, limit: op.Limit})
+	s.store(op, 0, false, false, entry{state: op.State, limit: op.Limit, gcra: op.LoadGCRA})
 }
 
 // run is the shard's goroutine: answer batches as they come, sweep on every
@@ -197,6 +251,8 @@ func (s *shard) answer(b *Batch) {
 			s.collect(b)
 		case trackAllKind:
 			s.trackAll(now)
+		case dumpKind:
+			s.dump(b, now)
 		case Throttle:
 			r := s.throttle(op, now)
 			b.Results[i] = r
@@ -288,6 +344,9 @@ func (s *shard) store(op *Op, i int32, exists, full bool, e entry) string {
 		s.entries[i] = e
 		return e.key
 	case !full:
+		if s.maxEntries > 0 && len(s.entries) >= s.maxEntries {
+			s.evictOne(s.clock())
+		}
 		e.key = string(op.Key) // the one allocation: a new bucket's key
 		s.index[e.key] = int32(len(s.entries))
 		s.entries = append(s.entries, e)

@@ -39,6 +39,7 @@ type Op struct {
 	Cost     float64
 	Throttle bucket.GCRA  // for Kind Throttle
 	State    bucket.State // for Kind Load
+	LoadGCRA bool         // for Kind Load: State.Last is a CL.THROTTLE TAT
 	Kind     Kind
 }
 
@@ -75,6 +76,7 @@ type Batch struct {
 const (
 	collectKind Kind = 100 + iota
 	trackAllKind
+	dumpKind
 )
 
 // Clock returns the current time in microseconds. It must never go
@@ -113,6 +115,11 @@ type Config struct {
 	// and counted (Stats.ChangesDropped). Replication reads them with
 	// Collect. 0 turns tracking off: memory mode pays nothing for it.
 	TrackChanges int
+	// MaxBuckets, when > 0, bounds the live buckets (split evenly over the
+	// shards). A new bucket beyond it evicts the bucket, among a random
+	// sample, that is closest to full: it carries the least information,
+	// and an evicted bucket answers as a full one (fail-open for that key).
+	MaxBuckets int
 }
 
 // Change is the current state of one key that changed since the last
@@ -125,6 +132,7 @@ type Change struct {
 	Limit   bucket.Limit
 	At      int64
 	Deleted bool
+	GCRA    bool // a CL.THROTTLE key: State.Last is its TAT in nanoseconds (Dump only)
 }
 
 // ErrClosed is returned by Submit after Close.
@@ -248,6 +256,7 @@ type Stats struct {
 
 	ChangesPending int64 // changed keys waiting for Collect (TrackChanges)
 	ChangesDropped int64 // changes not tracked because a shard's set was full
+	Evicted        int64 // buckets evicted to stay within MaxBuckets
 }
 
 // Stats sums the shards' counters.
@@ -263,8 +272,23 @@ func (g *Group) Stats() Stats {
 		st.QueueDepth += int64(len(s.queue))
 		st.ChangesPending += s.pending.Load()
 		st.ChangesDropped += s.dropped.Load()
+		st.Evicted += s.evicted.Load()
 	}
 	return st
+}
+
+// Dump appends every live bucket of shard i (refilled ones excluded) to dst,
+// for snapshots. It copies the whole shard in one batch: a pause of the
+// shard proportional to its size (tens of milliseconds per million buckets).
+func (g *Group) Dump(i int, dst []Change) ([]Change, error) {
+	b := &Batch{Ops: []Op{{Kind: dumpKind}}, Done: make(chan *Batch, 1), Changes: dst}
+	if err := g.Submit(i, b); err != nil {
+		return dst, err
+	}
+	if _, err := g.Wait(b.Done); err != nil {
+		return dst, err
+	}
+	return b.Changes, nil
 }
 
 // Collect moves up to max of shard i's tracked changes into dst and returns

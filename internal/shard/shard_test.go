@@ -345,3 +345,62 @@ func TestTrackChangesCollectAndLoad(t *testing.T) {
 		t.Fatalf("load overwrote a: %+v", d)
 	}
 }
+
+// TestMaxBucketsEvictsTheFullest: beyond MaxBuckets, new buckets evict
+// buckets close to full and keep the drained ones, which carry the most
+// information.
+func TestMaxBucketsEvictsTheFullest(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 1, MaxBuckets: 100, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	for i := range 50 {
+		runOne(t, c, acquire(fmt.Sprint("drained", i), 10, 0.001, 10))
+		runOne(t, c, acquire(fmt.Sprint("almost", i), 10, 0.001, 0.5))
+	}
+	for i := range 50 {
+		runOne(t, c, acquire(fmt.Sprint("new", i), 10, 0.001, 1))
+	}
+	st := g.Stats()
+	if st.Buckets != 100 || st.Evicted != 50 {
+		t.Fatalf("stats %+v, want 100 live and 50 evicted", st)
+	}
+	kept := 0
+	for i := range 50 {
+		if d := runOne(t, c, acquire(fmt.Sprint("drained", i), 10, 0.001, 0)).Decision; d.Remaining == 0 {
+			kept++
+		}
+	}
+	if kept < 45 {
+		t.Fatalf("only %d of 50 drained buckets survived eviction; the nearly full ones should go first", kept)
+	}
+	t.Logf("%d of 50 drained buckets kept", kept)
+}
+
+func TestDumpAndLoadGCRA(t *testing.T) {
+	g, clk := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	runOne(t, c, acquire("a", 10, 1, 3))
+	q, _ := bucket.NewGCRA(4, 1, 10, 1)
+	runOne(t, c, Op{Kind: Throttle, Key: []byte("t"), Throttle: q})
+	var all []Change
+	for i := range g.Len() {
+		var err error
+		if all, err = g.Dump(i, all); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(all) != 2 {
+		t.Fatalf("dump %+v", all)
+	}
+	g2, _ := newTestGroup(t, Config{Shards: 2})
+	c2 := g2.NewCaller()
+	for _, ch := range all {
+		runOne(t, c2, Op{Kind: Load, Key: []byte(ch.Key), State: ch.State, Limit: ch.Limit, LoadGCRA: ch.GCRA})
+	}
+	_ = clk
+	if d := runOne(t, c2, acquire("a", 10, 1, 0)).Decision; d.Remaining != 7 {
+		t.Fatalf("loaded a: %+v", d)
+	}
+	if r := runOne(t, c2, Op{Kind: Throttle, Key: []byte("t"), Throttle: q}).Throttle; r.Remaining != 3 {
+		t.Fatalf("loaded GCRA t: %+v", r)
+	}
+}

@@ -1,0 +1,98 @@
+package snapshot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func records() []Record {
+	return []Record{
+		{Key: "a", Tokens: 0.1, Capacity: 10, Rate: 0.5, Last: 1_700_000_000_000_000},
+		{Key: "", Tokens: 0, Capacity: 1e15, Rate: 1e-300, Last: 5},
+		{Key: "t\x00\r\n", GCRA: true, Last: 1_700_000_000_000_000_123},
+		{Key: strings.Repeat("k", 5000), Tokens: 3, Capacity: 4, Rate: 1, Last: 42},
+	}
+}
+
+func write(t *testing.T, path string, recs []Record) {
+	t.Helper()
+	i := 0
+	n, err := Write(path, 123456789, func() (Record, bool) {
+		if i == len(recs) {
+			return Record{}, false
+		}
+		i++
+		return recs[i-1], true
+	})
+	if err != nil || n != len(recs) {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buckets.snapshot")
+	write(t, path, records())
+	var got []Record
+	taken, n, err := Read(path, func(r Record) { got = append(got, r) })
+	if err != nil || taken != 123456789 || n != 4 {
+		t.Fatalf("Read: %d %d %v", taken, n, err)
+	}
+	for i, r := range records() {
+		if got[i] != r {
+			t.Fatalf("record %d: %+v, want %+v", i, got[i], r)
+		}
+	}
+	// Overwriting replaces the file atomically and leaves no temp file.
+	write(t, path, records()[:1])
+	if _, n, _ := Read(path, func(Record) {}); n != 1 {
+		t.Fatalf("after overwrite: %d records", n)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Fatalf("leftover files: %v", entries)
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	if _, _, err := Read(filepath.Join(t.TempDir(), "none"), func(Record) {}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestCorruptionIsDetectedAndLoadsNothing: every truncation and every
+// single-bit flip is reported as corrupt, and no record reaches the caller.
+func TestCorruptionIsDetectedAndLoadsNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "good")
+	write(t, path, records()[:3])
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad")
+	check := func(data []byte, what string) {
+		t.Helper()
+		if err := os.WriteFile(bad, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		loaded := 0
+		_, _, err := Read(bad, func(Record) { loaded++ })
+		if !errors.Is(err, ErrCorrupt) || loaded != 0 {
+			t.Fatalf("%s: err %v, %d records loaded", what, err, loaded)
+		}
+	}
+	for cut := 0; cut < len(good); cut++ {
+		check(good[:cut], "truncated")
+	}
+	for i := range good {
+		for bit := range 8 {
+			flipped := append([]byte(nil), good...)
+			flipped[i] ^= 1 << bit
+			check(flipped, "bit flip")
+		}
+	}
+	check(append(append([]byte(nil), good...), 0), "trailing byte")
+}
