@@ -8,7 +8,8 @@
 # BUCKETD_REQUIRE_REDIS=1, so a test that needs Redis fails instead of
 # skipping, and runs gofmt, go vet and `go test -race` over every package.
 #
-# FUZZTIME=30s scripts/test.sh also runs every fuzz target for that long.
+# FUZZTIME=30s scripts/test.sh also runs every fuzz target for that long
+# (scripts/fuzz.sh).
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
@@ -42,10 +43,5 @@ export BUCKETD_REQUIRE_REDIS=1
 go test -race -count=1 -timeout 20m ./...
 
 if [ -n "${FUZZTIME:-}" ]; then
-	for pkg in ./internal/bucket ./internal/resp; do
-		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz'); do
-			echo "test.sh: fuzzing $pkg $target for $FUZZTIME" >&2
-			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
-		done
-	done
+	scripts/fuzz.sh
 fi

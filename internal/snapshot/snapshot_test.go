@@ -96,3 +96,38 @@ func TestCorruptionIsDetectedAndLoadsNothing(t *testing.T) {
 	}
 	check(append(append([]byte(nil), good...), 0), "trailing byte")
 }
+
+// FuzzRead: no input file makes Read panic, allocate without bound, or hand
+// out records without a valid checksum.
+func FuzzRead(f *testing.F) {
+	dir := f.TempDir()
+	path := filepath.Join(dir, "seed")
+	i := 0
+	recs := records()[:3]
+	if _, err := Write(path, 1, func() (Record, bool) {
+		if i == len(recs) {
+			return Record{}, false
+		}
+		i++
+		return recs[i-1], true
+	}); err != nil {
+		f.Fatal(err)
+	}
+	seed, _ := os.ReadFile(path)
+	f.Add(seed)
+	f.Add([]byte(magic))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "s")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, n, err := Read(p, func(Record) {})
+		if err != nil && n != 0 {
+			t.Fatalf("error %v but %d records", err, n)
+		}
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("unexpected error kind: %v", err)
+		}
+	})
+}
