@@ -122,9 +122,9 @@ type collector struct {
 	src      Sources
 	commands []string // label values, indexed like resp.ServerStats.Commands
 
-	decisions, peeks, resets, expired, buckets, queueDepth *prometheus.Desc
-	commandsTotal, errorsTotal                             *prometheus.Desc
-	connected, connections, rejected                       *prometheus.Desc
+	decisions, peeks, resets, expired, evicted, buckets, queueDepth *prometheus.Desc
+	commandsTotal, errorsTotal                                      *prometheus.Desc
+	connected, connections, rejected                                *prometheus.Desc
 
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
@@ -150,6 +150,7 @@ func newCollector(src Sources) (*collector, error) {
 		peeks:      desc("peeks_total", "TB.PEEK calls answered."),
 		resets:     desc("resets_total", "Buckets removed by TB.RESET (keys that did not exist are not counted)."),
 		expired:    desc("expired_buckets_total", "Buckets deleted by the expiry sweeper after refilling to capacity."),
+		evicted:    desc("evicted_buckets_total", "Buckets evicted to stay within --max-buckets (they answer as full afterwards)."),
 		buckets:    desc("buckets", "Live buckets: buckets not yet refilled to capacity, as DBSIZE reports."),
 		queueDepth: desc("shard_queue_depth", "Batches waiting in each shard's queue.", "shard"),
 
@@ -172,7 +173,7 @@ func newCollector(src Sources) (*collector, error) {
 // and label sets at registration.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.decisions, c.peeks, c.resets, c.expired, c.buckets, c.queueDepth,
+		c.decisions, c.peeks, c.resets, c.expired, c.evicted, c.buckets, c.queueDepth,
 		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected,
 	} {
 		ch <- d
@@ -204,6 +205,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.peeks, float64(st.Peeks))
 	counter(c.resets, float64(st.Resets))
 	counter(c.expired, float64(st.Expired))
+	counter(c.evicted, float64(st.Evicted))
 	gauge(c.buckets, float64(st.Buckets))
 
 	for i, n := range c.src.QueueDepths(nil) {

@@ -97,7 +97,7 @@ func newRegistry(t *testing.T, src Sources) (*prometheus.Registry, *Metrics) {
 // with the golden files.
 var fixedNames = []string{
 	"bucketd_decisions_total", "bucketd_peeks_total", "bucketd_resets_total",
-	"bucketd_expired_buckets_total", "bucketd_buckets", "bucketd_shard_queue_depth",
+	"bucketd_expired_buckets_total", "bucketd_evicted_buckets_total", "bucketd_buckets", "bucketd_shard_queue_depth",
 	"bucketd_connected_clients", "bucketd_connections_total", "bucketd_rejected_connections_total",
 	"bucketd_command_duration_seconds",
 	"bucketd_replication_queue_depth", "bucketd_replication_queue_capacity", "bucketd_replication_lag_seconds",
@@ -147,7 +147,7 @@ func TestScrapeGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantFamilies := 12 // 11 from the collector, plus the histogram
+			wantFamilies := 13 // 12 from the collector, plus the histogram
 			if tc.replication {
 				wantFamilies += 6
 			}
