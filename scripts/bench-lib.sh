@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# bench-lib.sh: helpers shared by bench.sh and bench-modes.sh; sourced, not
+# run. The caller defines HOST, CLIENTS, KEYSPACE, die and log.
+
+# free_ports [N]: N (default 2) distinct free TCP ports on 127.0.0.1.
+free_ports() {
+  local count=${1:-2}
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c '
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+' "$count"
+  else
+    local p found=()
+    for _ in $(seq 500); do
+      p=$((20000 + RANDOM % 30000))
+      [[ " ${found[*]} " == *" $p "* ]] && continue
+      if [[ -z $(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null) ]]; then
+        found+=("$p")
+        ((${#found[@]} == count)) && break
+      fi
+    done
+    ((${#found[@]} == count)) || return 1
+    echo "${found[*]}"
+  fi
+}
+
+# wait_ready NAME PORT PID LOGFILE: PING until +PONG, bounded (about 10 s).
+wait_ready() {
+  local name=$1 port=$2 pid=$3 logf=$4 out
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || { cat -- "$logf" >&2 || true; die "$name exited during startup"; }
+    out=$(redis-cli -h "$HOST" -p "$port" PING 2>/dev/null || true)
+    [[ $out == PONG ]] && return 0
+    sleep 0.1
+  done
+  cat -- "$logf" >&2 || true
+  die "$name did not answer PING on $HOST:$port"
+}
+
+# run_bench PORT N PIPELINE OUTFILE CMD...: one redis-benchmark run, CSV to OUTFILE.
+# redis-benchmark 7.0 exits non-zero on the first error reply, so a server answering
+# errors cannot pass as fast.
+run_bench() {
+  local port=$1 n=$2 pipe=$3 outf=$4
+  shift 4
+  if ! redis-benchmark -h "$HOST" -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
+    -P "$pipe" --csv "$@" >"$outf" 2>"$outf.err"; then
+    cat -- "$outf" "$outf.err" >&2 || true
+    die "redis-benchmark failed on port $port: $*"
+  fi
+}
+
+# parse_csv FILE: prints "rps p50 p99" from redis-benchmark --csv output. The data line
+# is the last line; its last 7 fields are rps,avg,min,p50,p95,p99,max.
+parse_csv() {
+  awk -F',' '
+    NR == 1 { if ($2 != "\"rps\"" || $5 != "\"p50_latency_ms\"" || $7 != "\"p99_latency_ms\"") bad = 1; next }
+    NF >= 8 { gsub(/"/, ""); rps = $(NF-6); p50 = $(NF-3); p99 = $(NF-1); n++ }
+    END {
+      if (bad || n != 1 || rps !~ /^[0-9.]+$/ || p50 !~ /^[0-9.]+$/ || p99 !~ /^[0-9.]+$/) exit 1
+      print rps, p50, p99
+    }' "$1"
+}
+
