@@ -52,7 +52,6 @@ func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) {
 	switch len(args) {
 	case 2:
 		if !s.password.set {
-			sess.tally.error(ErrAuth)
 			c.WriteError(errNoPasswordSet)
 			return
 		}
@@ -60,12 +59,10 @@ func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) {
 	case 3:
 		user, pass = args[1], args[2]
 	default:
-		sess.tally.error(ErrArity)
 		c.WriteError(errArity["auth"])
 		return
 	}
 	if !s.password.ok(user, pass) {
-		sess.tally.error(ErrAuth)
 		c.WriteError(errWrongPass)
 		return
 	}

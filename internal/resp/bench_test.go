@@ -69,7 +69,9 @@ func newBenchServer(tb testing.TB) (*Server, *bufConn) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return srv, &bufConn{sess: &session{caller: lim.caller}}
+	sess := &session{caller: lim.caller}
+	sess.counting.tally = &sess.tally
+	return srv, &bufConn{sess: sess}
 }
 
 func command(args ...string) redcon.Command {

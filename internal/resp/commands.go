@@ -84,7 +84,6 @@ func (s *Server) execOther(c redcon.Conn, sess *session, id cmdID, args [][]byte
 	if id != cmdUnknown {
 		spec := &commandTable[id-1]
 		if n := len(args); spec.arity > 0 && n != spec.arity || spec.arity < 0 && n < -spec.arity {
-			sess.tally.error(ErrArity)
 			c.WriteError(arityError(strings.ToLower(spec.upper)))
 			return
 		}
@@ -129,7 +128,6 @@ func (s *Server) execOther(c redcon.Conn, sess *session, id cmdID, args [][]byte
 	case cmdAuth:
 		s.cmdAuth(c, sess, args)
 	default:
-		sess.tally.error(ErrUnknownCmd)
 		c.WriteError(unknownCommandError(args))
 	}
 }
@@ -193,7 +191,6 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 		switch {
 		case equalFold(args[i], "AUTH") && i+2 < len(args):
 			if !s.password.ok(args[i+1], args[i+2]) {
-				sess.tally.error(ErrAuth)
 				c.WriteError(errWrongPass)
 				return
 			}
@@ -212,7 +209,6 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) {
 		}
 	}
 	if !authed {
-		sess.tally.error(ErrAuth)
 		c.WriteError(errHelloNoAuth)
 		return
 	}

@@ -86,7 +86,8 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 		s.planThrottle(sess, args)
 	default:
 		s.flushPlan(c, sess)
-		s.execOther(c, sess, id, args)
+		sess.counting.Conn = c
+		s.execOther(&sess.counting, sess, id, args)
 	}
 }
 

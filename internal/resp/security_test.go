@@ -227,3 +227,39 @@ func TestTLSAndMutualTLS(t *testing.T) {
 		t.Fatal("a plaintext client got an answer from the TLS port")
 	}
 }
+
+// TestEveryErrorReplyIsCounted: error replies from every path land in a
+// kind, so the error metrics and INFO add up to the errors clients saw.
+func TestEveryErrorReplyIsCounted(t *testing.T) {
+	ts := startServer(t, nil)
+	c := ts.client(t)
+	expect(t, c, "PONG", "PING") // connect first: go-redis's HELLO 3 gets NOPROTO, an error too
+	before := ts.srv.Stats().Errors
+	for _, args := range [][]any{
+		{"PING", "a", "b"}, {"SELECT", "7"}, {"HELLO", "3"}, {"CLIENT", "SETNAME", "a b"},
+		{"CLIENT", "FLY"}, {"CONFIG", "RELOAD"}, {"NOSUCH"}, {"TB.ACQUIRE", "k", "x", "1"}, {"AUTH", "x"},
+	} {
+		if err := c.Do(context.Background(), args...).Err(); err == nil {
+			t.Fatalf("%v did not fail", args)
+		}
+	}
+	// The per-pipeline tally is added to the counters before the reply is
+	// written, so the counts are final once the client has its replies.
+	after := ts.srv.Stats().Errors
+	total := int64(0)
+	for i := range after {
+		total += after[i] - before[i]
+	}
+	if total != 9 {
+		t.Fatalf("%d errors counted for 9 error replies: %v -> %v", total, before, after)
+	}
+	if got := after[ErrArity] - before[ErrArity]; got != 1 {
+		t.Errorf("arity errors %d, want 1", got)
+	}
+	if got := after[ErrUnknownCmd] - before[ErrUnknownCmd]; got != 2 {
+		t.Errorf("unknown command/subcommand errors %d, want 2", got)
+	}
+	if got := after[ErrAuth] - before[ErrAuth]; got != 1 {
+		t.Errorf("auth errors %d, want 1", got)
+	}
+}

@@ -3,6 +3,8 @@ package resp
 import (
 	"strings"
 	"sync/atomic"
+
+	"github.com/tidwall/redcon"
 )
 
 // ErrorKind classifies the error replies bucketd sends, for metrics.
@@ -102,4 +104,37 @@ func (s *Server) flushTally(t *tally) {
 		}
 	}
 	t.any = false
+}
+
+// countingConn counts every error reply written through it, classified by
+// its text, so that no path that answers an error can forget to count it.
+// Each session owns one and points it at its redcon.Conn, so passing it as
+// a redcon.Conn allocates nothing.
+type countingConn struct {
+	redcon.Conn
+	tally *tally
+}
+
+func (c *countingConn) WriteError(msg string) {
+	c.tally.error(classifyError(msg))
+	c.Conn.WriteError(msg)
+}
+
+// classifyError maps an error reply to its kind.
+func classifyError(msg string) ErrorKind {
+	switch {
+	case strings.HasPrefix(msg, "ERR wrong number of arguments"):
+		return ErrArity
+	case strings.HasPrefix(msg, "ERR unknown command"), strings.HasPrefix(msg, "ERR unknown subcommand"):
+		return ErrUnknownCmd
+	case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"),
+		strings.HasPrefix(msg, "DENIED"), strings.HasPrefix(msg, "ERR AUTH"):
+		return ErrAuth
+	case strings.HasPrefix(msg, "ERR Protocol error"):
+		return ErrProtocol
+	case strings.HasPrefix(msg, "ERR server is shutting down"), strings.HasPrefix(msg, "ERR reload failed"),
+		strings.HasPrefix(msg, "ERR max number of clients"):
+		return ErrUnavailable
+	}
+	return ErrInvalidArg
 }
