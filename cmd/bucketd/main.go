@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
 	logger := newLogger(cfg.LogFormat, level, stderr)
+	redis.SetLogger(redisLogger{logger}) // go-redis's own lines, in our format
 	if cfg.Store != "" || len(cfg.StoreCluster) > 0 {
 		return errors.New("--store and --store-cluster are not available in this build yet; run without them (memory mode) or with --replicate")
 	}
@@ -185,7 +186,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		n, err := rep.Load(loadCtx)
 		cancelLoad()
 		if err != nil {
-			logger.Error("could not load bucket state from Redis; starting with what was loaded", "loaded", n, "err", err)
+			logger.Error("could not load bucket state from Redis; serving anyway (keys not loaded start full) and retrying the load in the background",
+				"loaded", n, "err", err)
+			rep.LoadLater()
 		} else {
 			logger.Info("loaded bucket state from Redis", "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 		}
@@ -402,4 +405,12 @@ func loadSnapshot(k *snapshot.Keeper, ignoreCorrupt bool, logger *slog.Logger) e
 		logger.Info("loaded snapshot", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// redisLogger sends go-redis's internal log lines through slog, so that
+// --log-format json stays parseable.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

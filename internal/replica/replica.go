@@ -47,6 +47,7 @@ type Config struct {
 	Batch        int           // changes per pipeline (1024)
 	Timeout      time.Duration // for one pipeline (2s)
 	Capacity     int           // the tracking capacity, for Stats (0)
+	RestartCheck time.Duration // how often Redis's run_id is compared, to notice a restart (5s)
 	Logger       *slog.Logger  // (slog.Default())
 }
 
@@ -76,7 +77,10 @@ type Replicator struct {
 	retrying   atomic.Int64 // len(retry), readable without mu
 	lastClean  atomic.Int64 // Unix nanos of the last Flush that wrote everything
 	droppedAt  int64        // shard drop count at the last resync
+	runID      string       // Redis's run_id when last checked
+	checkedAt  time.Time    // when run_id was last checked
 	failing    bool
+	loadLater  atomic.Bool // the start-up Load failed: Run retries it
 	lastLog    time.Time
 	suppressed int
 }
@@ -101,6 +105,9 @@ func New(cfg Config) (*Replicator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.RestartCheck <= 0 {
+		cfg.RestartCheck = 5 * time.Second
+	}
 	r := &Replicator{cfg: cfg, script: redis.NewScript(bucket.Script)}
 	r.lastClean.Store(time.Now().UnixNano())
 	return r, nil
@@ -117,6 +124,12 @@ func (r *Replicator) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		}
+		if r.loadLater.Load() {
+			if n, err := r.Load(ctx); err == nil {
+				r.loadLater.Store(false)
+				r.cfg.Logger.Info("loaded bucket state from Redis after all; keys decided meanwhile kept their state", "buckets", n)
+			}
 		}
 		err := r.Flush(ctx)
 		switch {
@@ -160,6 +173,21 @@ func (r *Replicator) Flush(ctx context.Context) error {
 		}
 	}
 	r.recovered()
+	// A Redis that restarted without persistence has lost the copy; keys
+	// that do not change again would stay missing. Its run_id tells.
+	if time.Since(r.checkedAt) >= r.cfg.RestartCheck {
+		r.checkedAt = time.Now()
+		if id, err := runID(ctx, r.cfg.Client); err == nil {
+			if r.runID != "" && id != r.runID {
+				r.resyncs.Add(1)
+				r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
+				if err := r.cfg.Group.TrackAll(); err != nil {
+					return err
+				}
+			}
+			r.runID = id
+		}
+	}
 	// Changes dropped while tracking was full are lost from the change
 	// sets; re-send the whole live state so the copy converges.
 	if dropped := r.cfg.Group.Stats().ChangesDropped; dropped != r.droppedAt {
@@ -178,6 +206,23 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	}
 	r.lastClean.Store(time.Now().UnixNano())
 	return nil
+}
+
+// runID reads the run_id of a standalone Redis (for a cluster, of the node
+// go-redis picks; good enough to notice restarts of small deployments).
+func runID(ctx context.Context, c redis.UniversalClient) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", errors.New("replica: INFO server has no run_id")
 }
 
 // write sends one pipeline of puts and deletions. Both are idempotent (the
@@ -275,6 +320,11 @@ func (r *Replicator) Stats() Stats {
 		Resyncs:       r.resyncs.Load(),
 	}
 }
+
+// LoadLater makes Run retry Load until it succeeds: for a start-up load that
+// failed because Redis was down. Load never overwrites a key decided since
+// the start, so a late load only fills in keys nobody asked about yet.
+func (r *Replicator) LoadLater() { r.loadLater.Store(true) }
 
 // reconcile deletes from Redis every bucket under the prefix that memory
 // does not hold (or holds full). The deletions carry a timestamp just before

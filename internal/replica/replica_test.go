@@ -252,3 +252,37 @@ func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
 	}
 	compare(t, f.memoryState(t), f.redisState(t))
 }
+
+// TestRedisRestartWithoutDataIsRefilled: a Redis that restarts empty gets
+// the whole state again, even for keys that do not change afterwards.
+func TestRedisRestartWithoutDataIsRefilled(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := shard.MonotonicClock()
+	group := shard.New(shard.Config{Shards: 2, Clock: clock, TrackChanges: 1024})
+	t.Cleanup(group.Close)
+	offset := time.Now().UnixMicro() - clock()
+	rep, err := replica.New(replica.Config{Client: srv.Client(&redis.Options{MaxRetries: -1}), Group: group,
+		OffsetMicros: offset, RestartCheck: 50 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := group.NewCaller()
+	c.Add(shard.Op{Kind: shard.Acquire, Key: []byte("quiet"), Limit: bucket.Limit{Capacity: 5, Rate: 0.001}, Cost: 5})
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := rep.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart() // no persistence: empty
+	client := srv.Client()
+	deadline := time.Now().Add(10 * time.Second)
+	for client.Exists(ctx, "tb:quiet").Val() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the key never came back after Redis restarted: %+v", rep.Stats())
+		}
+		rep.Flush(ctx) //nolint:errcheck // errors while Redis restarts are expected
+		time.Sleep(20 * time.Millisecond)
+	}
+}
