@@ -146,7 +146,7 @@ func newCollector(src Sources) (*collector, error) {
 		src:      src,
 		commands: resp.CommandNames(),
 
-		decisions:  desc("decisions_total", "TB.ACQUIRE decisions, by result: allowed (tokens spent) or denied.", "result"),
+		decisions:  desc("decisions_total", "TB.ACQUIRE and CL.THROTTLE decisions, by result: allowed (tokens spent) or denied (limited).", "result"),
 		peeks:      desc("peeks_total", "TB.PEEK calls answered."),
 		resets:     desc("resets_total", "Buckets removed by TB.RESET (keys that did not exist are not counted)."),
 		expired:    desc("expired_buckets_total", "Buckets deleted by the expiry sweeper after refilling to capacity."),
