@@ -49,7 +49,7 @@ var settings = []setting{
 		"longest key accepted; longer keys get -ERR key too long",
 		func(c *Config) *int { return &c.MaxKeyBytes }, 1, math.MaxInt, "use a whole number of at least 1"),
 	integer("max-query-bytes", "bytes",
-		"most bytes of one unfinished command a connection may buffer before it gets a protocol error and is closed",
+		"largest command a client may send (and most bytes of one unfinished command it may make bucketd buffer); beyond it the client gets a protocol error and is closed",
 		func(c *Config) *int { return &c.MaxQueryBytes }, 1024, math.MaxInt, "use a whole number of at least 1024"),
 	integer("max-args", "n",
 		"most arguments in one command",

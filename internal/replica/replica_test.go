@@ -223,7 +223,7 @@ func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
 		}
 	}
 	t.Logf("%d decisions in %v with Redis paused; slowest %v", decisions, time.Since(start), time.Duration(slowest.Load()))
-	if time.Duration(slowest.Load()) > 200*time.Millisecond {
+	if time.Duration(slowest.Load()) > 400*time.Millisecond { // under the 500 ms write timeout: a decision that waited for Redis would show
 		t.Fatalf("a decision took %v while Redis was paused", time.Duration(slowest.Load()))
 	}
 	srv.Resume()

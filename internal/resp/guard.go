@@ -167,7 +167,7 @@ func (g *guardConn) fill() {
 	g.end += n
 	g.scanFrames()
 	if g.protoErr == "" && g.end-g.ready > g.lim.MaxQueryBytes {
-		g.fail("query buffer exceeded " + strconv.Itoa(g.lim.MaxQueryBytes) + " bytes (see --max-query-bytes)")
+		g.failQueryBuffer()
 	}
 }
 
@@ -315,6 +315,9 @@ func (g *guardConn) translateInline() {
 	}
 	words, ok := splitInline(line)
 	switch {
+	case g.scan-g.ready > g.lim.MaxQueryBytes:
+		g.failQueryBuffer()
+		return
 	case !ok:
 		g.fail("unbalanced quotes in request")
 		return
@@ -330,9 +333,20 @@ func (g *guardConn) translateInline() {
 	g.complete()
 }
 
+// complete marks the command ending at scan as ready for redcon, unless it
+// is larger than MaxQueryBytes as a whole: the limit bounds every command,
+// including one whose last bytes arrive in the read that completes it.
 func (g *guardConn) complete() {
+	if g.scan-g.ready > g.lim.MaxQueryBytes {
+		g.failQueryBuffer()
+		return
+	}
 	g.ready = g.scan
 	g.state = scanStart
+}
+
+func (g *guardConn) failQueryBuffer() {
+	g.fail("query buffer exceeded " + strconv.Itoa(g.lim.MaxQueryBytes) + " bytes (see --max-query-bytes)")
 }
 
 // dropEmptyCommand removes the frame [ready, scan) from the buffer.

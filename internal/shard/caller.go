@@ -29,7 +29,8 @@ func (g *Group) NewCaller() *Caller {
 
 // Add queues op for the next Run. Op.Key must stay valid until Run returns.
 func (c *Caller) Add(op Op) {
-	i := c.g.ShardOf(op.Key)
+	op.hash = c.g.hashKey(op.Key)
+	i := int(op.hash & c.g.mask)
 	b := &c.batches[i]
 	if len(b.Ops) == 0 {
 		c.used = append(c.used, i)

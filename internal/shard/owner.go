@@ -1,30 +1,12 @@
 package shard
 
 import (
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 )
-
-// entry is one live bucket. The limit of its last spending call is kept so
-// the sweeper can tell when the bucket is full again.
-type entry struct {
-	key   string
-	state bucket.State // for a GCRA entry, state.Last is the TAT in nanoseconds
-	limit bucket.Limit
-	gcra  bool // a CL.THROTTLE key
-}
-
-// full reports whether the entry holds no information any more at now
-// (microseconds): a token bucket refilled to capacity, or a GCRA whose
-// theoretical arrival time has passed.
-func (e *entry) full(now int64) bool {
-	if e.gcra {
-		return e.state.Last <= now*1000
-	}
-	return e.state.IsFull(e.limit, now)
-}
 
 // shard is one single-writer partition. Everything except the atomics and
 // the queue is owned by the goroutine running run.
@@ -32,11 +14,8 @@ type shard struct {
 	queue chan *Batch
 	clock Clock
 
-	// index maps a key to its position in entries. Entries are kept dense
-	// so the sweeper can walk them with a cursor and delete by swapping
-	// the last entry into the hole.
-	index    map[string]int32
-	entries  []entry
+	t        table // the buckets; see table
+	seed     maphash.Seed
 	cursor   int
 	sweepMin int
 
@@ -48,9 +27,9 @@ type shard struct {
 	expired atomic.Int64
 	passes  atomic.Int64 // completed sweeps over the whole shard
 
-	// dirty holds the keys changed since the last Collect and when; nil
-	// when tracking is off. At most dirtyMax keys.
-	dirty    map[string]int64
+	// dirty holds the keys changed since the last Collect; nil when
+	// tracking is off. At most dirtyMax keys.
+	dirty    map[string]struct{}
 	dirtyMax int
 	pending  atomic.Int64
 	dropped  atomic.Int64
@@ -60,15 +39,16 @@ type shard struct {
 	evicted    atomic.Int64
 }
 
-func newShard(cfg Config, shards int) *shard {
+func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 	s := &shard{
 		queue:    make(chan *Batch, cfg.QueueDepth),
 		clock:    cfg.Clock,
-		index:    make(map[string]int32),
+		t:        newTable(),
+		seed:     seed,
 		sweepMin: cfg.SweepMin,
 	}
 	if cfg.TrackChanges > 0 {
-		s.dirty = make(map[string]int64)
+		s.dirty = make(map[string]struct{})
 		s.dirtyMax = max(1, cfg.TrackChanges/shards)
 	}
 	if cfg.MaxBuckets > 0 {
@@ -92,8 +72,8 @@ func (s *shard) evictOne(now int64) {
 		s.rng ^= s.rng << 13
 		s.rng ^= s.rng >> 7
 		s.rng ^= s.rng << 17
-		i := int(s.rng % uint64(len(s.entries)))
-		e := &s.entries[i]
+		i := int(s.rng % uint64(s.t.len()))
+		e := &s.t.entries[i]
 		missing := 0.0 // a refilled or GCRA-expired bucket: nothing to lose
 		if !e.full(now) {
 			if e.gcra {
@@ -106,8 +86,8 @@ func (s *shard) evictOne(now int64) {
 			best, bestMissing = i, missing
 		}
 	}
-	if !s.entries[best].gcra {
-		s.track(s.entries[best].key, now) // the copy in Redis must forget it too
+	if !s.t.entries[best].gcra {
+		s.track(s.t.key(&s.t.entries[best])) // the copy in Redis must forget it too
 	}
 	s.removeAt(int32(best))
 	s.evicted.Add(1)
@@ -115,41 +95,44 @@ func (s *shard) evictOne(now int64) {
 
 // dump copies every live bucket into b.Changes.
 func (s *shard) dump(b *Batch, now int64) {
-	for i := range s.entries {
-		e := &s.entries[i]
+	for i := range s.t.entries {
+		e := &s.t.entries[i]
 		if e.full(now) {
 			continue
 		}
-		b.Changes = append(b.Changes, Change{Key: e.key, State: e.state, Limit: e.limit, At: now, GCRA: e.gcra})
+		b.Changes = append(b.Changes, Change{Key: string(s.t.key(e)), State: e.state, Limit: e.limit, At: now, GCRA: e.gcra})
 	}
 }
 
-// track records that key changed at now. The key string is the entry's own
-// (or, for a deleted key, the one the entry had), so tracking allocates
-// nothing but map growth.
-func (s *shard) track(key string, now int64) {
+// track records that key changed. The key is copied into the set only the
+// first time it changes between two collections.
+func (s *shard) track(key []byte) {
 	if s.dirty == nil {
 		return
 	}
-	if _, ok := s.dirty[key]; !ok {
-		if len(s.dirty) >= s.dirtyMax {
-			s.dropped.Add(1)
-			return
-		}
-		s.pending.Add(1)
+	if _, ok := s.dirty[string(key)]; ok {
+		return
 	}
-	s.dirty[key] = now
+	if len(s.dirty) >= s.dirtyMax {
+		s.dropped.Add(1)
+		return
+	}
+	s.dirty[string(key)] = struct{}{}
+	s.pending.Add(1)
 }
 
-// collect moves up to b.collectMax tracked changes into b.Changes.
-func (s *shard) collect(b *Batch) {
-	for key, at := range s.dirty {
+// collect moves up to b.collectMax tracked changes into b.Changes. A
+// deletion carries the time of the collection: it is at or after the
+// deletion itself, and any newer state would still be in memory.
+func (s *shard) collect(b *Batch, now int64) {
+	for key := range s.dirty {
 		if len(b.Changes) >= b.collectMax {
 			break
 		}
-		c := Change{Key: key, At: at}
-		if i, ok := s.index[key]; ok && !s.entries[i].gcra {
-			c.State, c.Limit = s.entries[i].state, s.entries[i].limit
+		c := Change{Key: key, At: now}
+		i, ok := s.t.find(maphash.String(s.seed, key), []byte(key))
+		if ok && !s.t.entries[i].gcra {
+			c.State, c.Limit = s.t.entries[i].state, s.t.entries[i].limit
 		} else {
 			c.Deleted = true
 		}
@@ -162,13 +145,13 @@ func (s *shard) collect(b *Batch) {
 // trackAll marks every live bucket changed. It ignores the tracking
 // capacity on purpose: a resync must reach every bucket, and the set it
 // builds is bounded by the live buckets themselves.
-func (s *shard) trackAll(now int64) {
+func (s *shard) trackAll() {
 	if s.dirty == nil {
 		return
 	}
-	for i := range s.entries {
-		if !s.entries[i].gcra {
-			s.dirty[s.entries[i].key] = now
+	for i := range s.t.entries {
+		if e := &s.t.entries[i]; !e.gcra {
+			s.dirty[string(s.t.key(e))] = struct{}{}
 		}
 	}
 	s.pending.Store(int64(len(s.dirty)))
@@ -177,7 +160,7 @@ func (s *shard) trackAll(now int64) {
 // load stores a state read back from Redis unless the key already has one:
 // anything this process decided since it started is newer.
 func (s *shard) load(op *Op) {
-	if _, exists := s.index[string(op.Key)]; exists {
+	if _, exists := s.t.find(op.hash, op.Key); exists {
 		return
 	}
 	s.store(op, 0, false, false, entry{state: op.State, limit: op.Limit, gcra: op.LoadGCRA})
@@ -231,26 +214,26 @@ func (s *shard) answer(b *Batch) {
 				denied++
 			}
 		case Peek:
-			idx, ok := s.index[string(op.Key)]
-			if ok && s.entries[idx].gcra {
+			idx, ok := s.t.find(op.hash, op.Key)
+			if ok && s.t.entries[idx].gcra {
 				b.Results[i] = Result{WrongType: true}
 				continue
 			}
 			var st bucket.State
 			if ok {
-				st = s.entries[idx].state
+				st = s.t.entries[idx].state
 			}
 			b.Results[i] = Result{Decision: bucket.Peek(st, ok, op.Limit, op.Cost, now)}
 			peeks++
 		case Load:
 			s.load(op)
 		case Exists:
-			idx, ok := s.index[string(op.Key)]
-			b.Results[i] = Result{Exists: ok && !s.entries[idx].full(now)}
+			idx, ok := s.t.find(op.hash, op.Key)
+			b.Results[i] = Result{Exists: ok && !s.t.entries[idx].full(now)}
 		case collectKind:
-			s.collect(b)
+			s.collect(b, now)
 		case trackAllKind:
-			s.trackAll(now)
+			s.trackAll()
 		case dumpKind:
 			s.dump(b, now)
 		case Throttle:
@@ -264,7 +247,7 @@ func (s *shard) answer(b *Batch) {
 				allowed++
 			}
 		case Reset:
-			removed := s.reset(op.Key, now)
+			removed := s.reset(op, now)
 			b.Results[i] = Result{Removed: removed}
 			if removed {
 				resets++
@@ -292,37 +275,34 @@ func (s *shard) count(allowed, denied, peeks, resets int64) {
 
 // acquire runs one Acquire op and stores the outcome: a bucket left full is
 // deleted (or never created), anything else is kept with the op's limit.
-// The map lookups with string(op.Key) do not allocate: the compiler
-// special-cases them.
 func (s *shard) acquire(op *Op, now int64) Result {
-	i, exists := s.index[string(op.Key)]
+	i, exists := s.t.find(op.hash, op.Key)
 	var st bucket.State
 	if exists {
-		if s.entries[i].gcra {
+		if s.t.entries[i].gcra {
 			return Result{WrongType: true}
 		}
-		st = s.entries[i].state
+		st = s.t.entries[i].state
 	}
 	next, d := bucket.Acquire(st, exists, op.Limit, op.Cost, now)
 	if op.Cost == 0 {
 		return Result{Decision: d} // a peek: nothing stored, nothing created
 	}
-	key := s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit})
-	if key != "" {
-		s.track(key, now)
+	if s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit}) {
+		s.track(op.Key)
 	}
 	return Result{Decision: d}
 }
 
 // throttle runs one CL.THROTTLE op on a GCRA entry.
 func (s *shard) throttle(op *Op, now int64) Result {
-	i, exists := s.index[string(op.Key)]
+	i, exists := s.t.find(op.hash, op.Key)
 	var tat int64
 	if exists {
-		if !s.entries[i].gcra {
+		if !s.t.entries[i].gcra {
 			return Result{WrongType: true}
 		}
-		tat = s.entries[i].state.Last
+		tat = s.t.entries[i].state.Last
 	}
 	newTat, keep, r := bucket.Throttle(tat, exists, op.Throttle, now*1000)
 	s.store(op, i, exists, !keep, entry{state: bucket.State{Last: newTat}, gcra: true})
@@ -330,43 +310,43 @@ func (s *shard) throttle(op *Op, now int64) Result {
 }
 
 // store writes e (state and limit) for op.Key: deletes the entry when the
-// result is full, updates it in place, or creates it. It returns the key as
-// a string it did not have to allocate ("" when nothing was or is stored),
-// for change tracking.
-func (s *shard) store(op *Op, i int32, exists, full bool, e entry) string {
+// result is full, updates it in place, or creates it. It reports whether
+// anything was or is stored, for change tracking.
+func (s *shard) store(op *Op, i int32, exists, full bool, e entry) bool {
 	switch {
 	case exists && full:
-		key := s.entries[i].key
 		s.removeAt(i)
-		return key
+		return true
 	case exists:
-		e.key = s.entries[i].key
-		s.entries[i] = e
-		return e.key
+		old := &s.t.entries[i]
+		e.keyOff, e.keyLen, e.fp = old.keyOff, old.keyLen, old.fp
+		*old = e
+		return true
 	case !full:
-		if s.maxEntries > 0 && len(s.entries) >= s.maxEntries {
+		if s.maxEntries > 0 && s.t.len() >= s.maxEntries {
 			s.evictOne(s.clock())
 		}
-		e.key = string(op.Key) // the one allocation: a new bucket's key
-		s.index[e.key] = int32(len(s.entries))
-		s.entries = append(s.entries, e)
+		if s.t.insert(op.hash, op.Key, e) < 0 { // copies the key into the arena
+			s.evicted.Add(1) // no room for the key: the bucket answers as full
+			return false
+		}
 		s.live.Add(1)
-		return e.key
+		return true
 	}
-	return ""
+	return false
 }
 
 // reset forgets key and reports whether a bucket existed. A bucket that has
 // refilled but not yet been swept is deleted too, but not counted: it had
 // logically expired, and Redis DEL does not count expired keys either.
-func (s *shard) reset(key []byte, now int64) bool {
-	i, ok := s.index[string(key)]
+func (s *shard) reset(op *Op, now int64) bool {
+	i, ok := s.t.find(op.hash, op.Key)
 	if !ok {
 		return false
 	}
-	existed := !s.entries[i].full(now)
-	if !s.entries[i].gcra {
-		s.track(s.entries[i].key, now)
+	existed := !s.t.entries[i].full(now)
+	if !s.t.entries[i].gcra {
+		s.track(op.Key)
 	}
 	s.removeAt(i)
 	if !existed {
@@ -375,21 +355,10 @@ func (s *shard) reset(key []byte, now int64) bool {
 	return existed
 }
 
-// removeAt deletes entries[i] by moving the last entry into its place.
+// removeAt deletes entry i; the last entry moves into its place.
 func (s *shard) removeAt(i int32) {
-	last := int32(len(s.entries) - 1)
-	delete(s.index, s.entries[i].key)
-	if i != last {
-		s.entries[i] = s.entries[last]
-		s.index[s.entries[i].key] = i
-	}
-	s.entries[last] = entry{} // drop the key string for the GC
-	s.entries = s.entries[:last]
+	s.t.remove(i)
 	s.live.Add(-1)
-	// Give memory back after a large shard has mostly expired.
-	if c := cap(s.entries); c > 1024 && len(s.entries) < c/4 {
-		s.entries = append(make([]entry, 0, c/2), s.entries...)
-	}
 }
 
 // sweep examines a bounded slice of entries from the cursor and deletes the
@@ -397,16 +366,16 @@ func (s *shard) removeAt(i int32) {
 // max(sweepMin, len/256), so a full pass takes about 256 ticks whatever the
 // shard's size, and one tick never stalls the shard for long.
 func (s *shard) sweep(now int64) {
-	budget := max(s.sweepMin, len(s.entries)/256)
-	if len(s.entries) == 0 {
+	budget := max(s.sweepMin, s.t.len()/256)
+	if s.t.len() == 0 {
 		s.passes.Add(1) // an empty shard is swept by definition
 	}
-	for ; budget > 0 && len(s.entries) > 0; budget-- {
-		if s.cursor >= len(s.entries) {
+	for ; budget > 0 && s.t.len() > 0; budget-- {
+		if s.cursor >= s.t.len() {
 			s.cursor = 0
 			s.passes.Add(1)
 		}
-		if s.entries[s.cursor].full(now) {
+		if s.t.entries[s.cursor].full(now) {
 			s.removeAt(int32(s.cursor)) // the last entry moves here: look at it next
 			s.expired.Add(1)
 			continue

@@ -41,6 +41,8 @@ type Op struct {
 	State    bucket.State // for Kind Load
 	LoadGCRA bool         // for Kind Load: State.Last is a CL.THROTTLE TAT
 	Kind     Kind
+
+	hash uint64 // of Key, set by Caller.Add: picks the shard and the slot
 }
 
 // Result is the answer to one Op.
@@ -177,7 +179,7 @@ func New(cfg Config) *Group {
 		stopped: make(chan struct{}),
 	}
 	for i := range g.shards {
-		s := newShard(cfg, n)
+		s := newShard(cfg, n, g.seed)
 		g.shards[i] = s
 		g.wg.Add(1)
 		go func() {
@@ -206,6 +208,10 @@ func (g *Group) Len() int { return len(g.shards) }
 func (g *Group) ShardOf(key []byte) int {
 	return int(maphash.Bytes(g.seed, key) & g.mask)
 }
+
+// hashKey returns key's hash: its low bits pick the shard, its high bits the
+// slot inside the shard's table.
+func (g *Group) hashKey(key []byte) uint64 { return maphash.Bytes(g.seed, key) }
 
 // Submit hands b to shard i. It waits while that shard's queue is full. The
 // shard answers every Op and then sends b on b.Done. Once the shards have

@@ -1,0 +1,84 @@
+package shard
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// TestTableAgainstAMap drives random inserts, updates and removals through
+// the table and a plain Go map side by side; both must always agree. A
+// weak hash (only 4 distinct values of the upper bits) forces long probe
+// runs and fingerprint collisions, which full key comparison must resolve.
+func TestTableAgainstAMap(t *testing.T) {
+	for _, weak := range []bool{false, true} {
+		t.Run(fmt.Sprint("weak hash ", weak), func(t *testing.T) {
+			seed := maphash.MakeSeed()
+			hash := func(k string) uint64 {
+				h := maphash.String(seed, k)
+				if weak {
+					h = h&0xffffffff | (h>>62)<<32
+				}
+				return h
+			}
+			tb := newTable()
+			want := map[string]float64{}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for step := range 60_000 {
+				k := fmt.Sprint("key-", rng.IntN(5000))
+				i, ok := tb.find(hash(k), []byte(k))
+				if _, wok := want[k]; ok != wok {
+					t.Fatalf("step %d: find(%q) = %v, map says %v", step, k, ok, wok)
+				}
+				switch {
+				case ok && rng.IntN(3) == 0:
+					tb.remove(i)
+					delete(want, k)
+				case ok:
+					tb.entries[i].state.Tokens = float64(step)
+					want[k] = float64(step)
+				default:
+					tb.insert(hash(k), []byte(k), entry{state: bucket.State{Tokens: float64(step)}})
+					want[k] = float64(step)
+				}
+				if step%10_000 == 0 || step == 59_999 {
+					if tb.len() != len(want) {
+						t.Fatalf("step %d: %d entries, map has %d", step, tb.len(), len(want))
+					}
+					for wk, wv := range want {
+						i, ok := tb.find(hash(wk), []byte(wk))
+						if !ok || tb.entries[i].state.Tokens != wv || string(tb.key(&tb.entries[i])) != wk {
+							t.Fatalf("step %d: %q lost or wrong", step, wk)
+						}
+					}
+				}
+			}
+			// Remove everything: the table and arena shrink back.
+			for k := range want {
+				i, _ := tb.find(hash(k), []byte(k))
+				tb.remove(i)
+			}
+			if tb.len() != 0 || len(tb.slots) != minSlots {
+				t.Fatalf("after removing all: %d entries, %d slots", tb.len(), len(tb.slots))
+			}
+		})
+	}
+}
+
+// BenchmarkTableMemoryPerBucket reports the bytes the table holds per
+// bucket at 1M buckets with 16-byte keys (slots, entries, arena).
+func BenchmarkTableMemoryPerBucket(b *testing.B) {
+	seed := maphash.MakeSeed()
+	for b.Loop() {
+		tb := newTable()
+		for i := range 1_000_000 {
+			k := []byte(fmt.Sprintf("key:%012d", i))
+			tb.insert(maphash.Bytes(seed, k), k, entry{})
+		}
+		bytes := 8*cap(tb.slots) + 48*cap(tb.entries) + cap(tb.arena)
+		b.ReportMetric(float64(bytes)/1e6, "bytes/bucket")
+	}
+}
