@@ -25,6 +25,7 @@ import (
 
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/metrics"
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -64,8 +65,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	level.Set(cfg.LogLevel)
 	logger := newLogger(cfg.LogFormat, level, stderr)
 	redis.SetLogger(redisLogger{logger}) // go-redis's own lines, in our format
-	if cfg.Store != "" || len(cfg.StoreCluster) > 0 {
-		return errors.New("--store and --store-cluster are not available in this build yet; run without them (memory mode) or with --replicate")
+	storeMode := cfg.Store != "" || len(cfg.StoreCluster) > 0
+	if storeMode && (cfg.DataDir != "" || cfg.MaxBuckets > 0) {
+		return errors.New("--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags")
 	}
 	tlsConf, err := cfg.TLSConfig()
 	if err != nil {
@@ -96,10 +98,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 
+	var limiter resp.Limiter = resp.Shards(group)
+	var store *redisstore.Store
+	if storeMode {
+		client, err := newStoreClient(cfg)
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		store, err = redisstore.New(redisstore.Config{
+			Client:   client,
+			Prefix:   cfg.ReplicatePrefix,
+			Timeout:  cfg.RedisTimeout,
+			FailOpen: cfg.OnRedisError == "allow",
+			Logger:   logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		loadCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := store.LoadScript(loadCtx); err != nil {
+			logger.Warn("could not load the script into Redis yet; it is loaded on first use", "err", err)
+		}
+		cancel()
+		limiter = store
+	}
+
 	reg := prometheus.NewRegistry()
 	var srv *resp.Server
 	sources := metrics.Sources{
-		Shards:      group.Stats,
+		Shards:      limiter.Stats,
 		QueueDepths: group.QueueDepths,
 		Server:      func() resp.ServerStats { return srv.Stats() },
 	}
@@ -122,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	rl := &reloader{current: cfg, level: level, logger: logger, getenv: getenv}
 	serverCfg := resp.Config{
-		Limiter:     resp.Shards(group),
+		Limiter:     limiter,
 		MaxKeyBytes: cfg.MaxKeyBytes,
 		Limits: resp.Limits{
 			MaxQueryBytes: cfg.MaxQueryBytes,
@@ -142,6 +171,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if rep != nil {
 		serverCfg.ExtraInfo = func() []resp.InfoSection { return replicationInfo(cfg, rep.Stats()) }
+	}
+	if store != nil {
+		serverCfg.ExtraInfo = func() []resp.InfoSection { return storeInfo(cfg, store) }
 	}
 	srv, err = resp.NewServer(serverCfg)
 	if err != nil {
@@ -215,7 +247,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	ready.Store(true)
-	attrs := []any{"addr", ln.Addr().String(), "shards", group.Len(), "gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", tlsConf != nil}
+	mode := "memory"
+	switch {
+	case rep != nil:
+		mode = "replicate"
+	case store != nil:
+		mode = "store"
+	}
+	attrs := []any{"addr", ln.Addr().String(), "mode", mode, "shards", group.Len(), "gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", tlsConf != nil}
 	if metricsSrv != nil {
 		attrs = append(attrs, "metrics", metricsSrv.Addr().String())
 	}
@@ -413,4 +452,31 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// newStoreClient connects store mode's Redis with the options the store
+// requires: no automatic retries (a timed-out call must never be replayed)
+// and context deadlines honoured.
+func newStoreClient(cfg config.Config) (redis.UniversalClient, error) {
+	if len(cfg.StoreCluster) > 0 {
+		return redis.NewClusterClient(redisstore.ClusterClientOptions(cfg.StoreCluster)), nil
+	}
+	opts, err := redisstore.ClientOptions(cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	return redis.NewClient(opts), nil
+}
+
+func storeInfo(cfg config.Config, s *redisstore.Store) []resp.InfoSection {
+	i := func(n int64) string { return strconv.FormatInt(n, 10) }
+	return []resp.InfoSection{{Title: "Store", Fields: []resp.InfoField{
+		{Name: "bucketd_mode", Value: "store"},
+		{Name: "store_prefix", Value: cfg.ReplicatePrefix},
+		{Name: "store_timeout_ms", Value: i(cfg.RedisTimeout.Milliseconds())},
+		{Name: "store_on_redis_error", Value: cfg.OnRedisError},
+		{Name: "store_redis_errors_total", Value: i(s.Errors())},
+		{Name: "store_degraded_decisions_total", Value: i(s.Degraded())},
+		{Name: "store_script_loads_total", Value: i(s.ScriptLoads())},
+	}}}
 }

@@ -118,7 +118,7 @@ var settings = []setting{
 		"copy bucket state asynchronously to the Redis at this redis:// or rediss:// URL (password in the URL); memory still decides",
 		func(c *Config) *string { return &c.Replicate }),
 	text("replicate-prefix", "prefix",
-		"prefix of the keys replicate writes to Redis",
+		"prefix of the bucket keys in Redis, in replicate and store modes",
 		func(c *Config) *string { return &c.ReplicatePrefix }, nil),
 	integer("replicate-queue", "n",
 		"most bucket changes waiting to be sent to the replicate Redis",

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// burstAcross fires total acquires at one key, split over the given
+// bucketd addresses with 25 connections each, and returns how many were
+// allowed.
+func burstAcross(t *testing.T, addrs []string, key string, capacity, total int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	per := total / (25 * len(addrs))
+	for _, addr := range addrs {
+		for range 25 {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			if err := c.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				<-gate
+				for range per {
+					v, err := c.Do(ctx, "TB.ACQUIRE", key, capacity, "0.001").Int64()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					allowed.Add(v)
+				}
+			}()
+		}
+	}
+	close(gate)
+	wg.Wait()
+	return allowed.Load()
+}
+
+// TestTwoStoreInstancesShareLimits: two bucketd processes in store mode on
+// one Redis; a burst of 2 × capacity split across both allows exactly
+// capacity.
+func TestTwoStoreInstancesShareLimits(t *testing.T) {
+	rs := redistest.Start(t)
+	url := "redis://" + rs.Addr
+	a := startBinary(t, "--store", url)
+	b := startBinary(t, "--store", url)
+	if got := burstAcross(t, []string{a.addr, b.addr}, "shared", 100, 200); got != 100 {
+		t.Fatalf("two store-mode instances allowed %d of 200 on capacity 100, want exactly 100", got)
+	}
+	c := a.client(t)
+	ctx := context.Background()
+	if v, err := c.Do(ctx, "TB.PEEK", "shared", "100", "0.001").Int64Slice(); err != nil || v[0] != 0 {
+		t.Fatalf("peek after the burst: %v %v", v, err)
+	}
+	if info := c.Info(ctx, "store").Val(); !strings.Contains(info, "bucketd_mode:store") {
+		t.Fatalf("INFO store: %q", info)
+	}
+	if n := rs.Client().Exists(ctx, "tb:shared").Val(); n != 1 {
+		t.Fatal("the bucket is not in Redis under tb:")
+	}
+}
+
+// TestStoreClusterSharesLimits: the same against a three-master Redis
+// Cluster, with a {hash tag} key.
+func TestStoreClusterSharesLimits(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	nodes := strings.Join(cl.Addrs(), ",")
+	a := startBinary(t, "--store-cluster", nodes)
+	b := startBinary(t, "--store-cluster", nodes)
+	for _, key := range []string{"plain", "{user1}:api"} {
+		if got := burstAcross(t, []string{a.addr, b.addr}, key, 50, 100); got != 50 {
+			t.Fatalf("%s: cluster store allowed %d of 100 on capacity 50, want exactly 50", key, got)
+		}
+	}
+}
+
+// TestStoreUnreachableAnswersByPolicy: with Redis unreachable, answers come
+// within the timeout: denied by default, allowed with --on-redis-error allow.
+func TestStoreUnreachableAnswersByPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   int64
+	}{{"deny", 0}, {"allow", 1}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			p := startBinary(t, "--store", "redis://127.0.0.1:1", "--redis-timeout", "50ms", "--on-redis-error", tc.policy)
+			c := p.client(t)
+			ctx := context.Background()
+			slowest := time.Duration(0)
+			for range 20 {
+				start := time.Now()
+				v, err := c.Do(ctx, "TB.ACQUIRE", "k", "10", "1").Int64()
+				slowest = max(slowest, time.Since(start))
+				if err != nil || v != tc.want {
+					t.Fatalf("answer %v, %v; want %d", v, err, tc.want)
+				}
+			}
+			t.Logf("slowest answer with Redis unreachable: %v", slowest)
+			if slowest > 500*time.Millisecond {
+				t.Fatalf("an answer took %v with a 50ms timeout", slowest)
+			}
+			if err := c.Do(ctx, "TB.RESET", "k").Err(); err == nil || !strings.Contains(err.Error(), "Redis store did not answer") {
+				t.Fatalf("TB.RESET with Redis down: %v", err)
+			}
+			if info := c.Info(ctx, "store").Val(); strings.Contains(info, "store_degraded_decisions_total:0\r\n") {
+				t.Fatalf("degraded decisions not counted:\n%s", info)
+			}
+		})
+	}
+}

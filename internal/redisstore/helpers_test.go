@@ -1,0 +1,151 @@
+package redisstore
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
+)
+
+// storeOptions are ClientOptions' settings (the address is the test's).
+func storeOptions() *redis.Options {
+	o, err := ClientOptions("redis://127.0.0.1:1")
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// clusterOptions are ClusterClientOptions' settings.
+func clusterOptions() *redis.ClusterOptions { return ClusterClientOptions(nil) }
+
+// exactTimeout is the Timeout of tests that check Redis's exact decisions
+// rather than timing: long enough that a loaded machine cannot turn an
+// answer into the policy's.
+const exactTimeout = 5 * time.Second
+
+// startStore starts a Store on client with cfg (Client set to client) and
+// closes it when the test ends.
+func startStore(t testing.TB, client redis.UniversalClient, cfg Config) *Store {
+	t.Helper()
+	cfg.Client = client
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// loadScript loads the script through s, with a generous timeout.
+func loadScript(t testing.TB, s *Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.LoadScript(ctx); err != nil {
+		t.Fatalf("LoadScript: %v", err)
+	}
+}
+
+func acquireOp(key string, l bucket.Limit, cost float64) shard.Op {
+	return shard.Op{Kind: shard.Acquire, Key: []byte(key), Limit: l, Cost: cost}
+}
+
+func peekOp(key string, l bucket.Limit, cost float64) shard.Op {
+	return shard.Op{Kind: shard.Peek, Key: []byte(key), Limit: l, Cost: cost}
+}
+
+func resetOp(key string) shard.Op {
+	return shard.Op{Kind: shard.Reset, Key: []byte(key)}
+}
+
+// run1 runs one op on a new Caller of s and returns its result.
+func run1(t testing.TB, s *Store, op shard.Op) shard.Result {
+	t.Helper()
+	return runOps(t, s, op)[0]
+}
+
+// runOps runs ops in one Run of a new Caller and returns copies of the
+// results.
+func runOps(t testing.TB, s *Store, ops ...shard.Op) []shard.Result {
+	t.Helper()
+	c := s.NewCaller()
+	for _, op := range ops {
+		c.Add(op)
+	}
+	rs, err := c.Run()
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return append([]shard.Result(nil), rs...)
+}
+
+// storedState reads the bucket at key as the script stores it.
+func storedState(t testing.TB, rdb redis.Cmdable, key string) (bucket.State, bool) {
+	t.Helper()
+	h, err := rdb.HGetAll(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	if len(h) == 0 {
+		return bucket.State{}, false
+	}
+	if len(h) != 2 {
+		t.Fatalf("HGETALL %s = %v: want exactly the fields tokens and ts", key, h)
+	}
+	tokens, err := strconv.ParseFloat(h["tokens"], 64)
+	if err != nil {
+		t.Fatalf("HGETALL %s: tokens %q: %v", key, h["tokens"], err)
+	}
+	ts, err := strconv.ParseInt(h["ts"], 10, 64)
+	if err != nil {
+		t.Fatalf("HGETALL %s: ts %q: %v", key, h["ts"], err)
+	}
+	return bucket.State{Tokens: tokens, Last: ts}, true
+}
+
+// redisMicros returns Redis's TIME in Unix microseconds.
+func redisMicros(t testing.TB, rdb redis.Cmdable) int64 {
+	t.Helper()
+	tm, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return tm.UnixMicro()
+}
+
+// eventually polls cond every few milliseconds until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	return addr
+}

@@ -1,0 +1,455 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
+)
+
+// The script, its SHA-1 and the ops as variables, so that commands can
+// carry pointers to them: go-redis writes *string arguments, and a pointer
+// goes into an interface without an allocation, a string variable not.
+var (
+	scriptSHA = bucket.ScriptSHA1
+	scriptSrc = bucket.Script
+	opAcquire = bucket.OpAcquire
+	opPeek    = bucket.OpPeek
+)
+
+// Arguments per script command: EVALSHA sha 1 key capacity rate cost op now.
+const scriptArgs = 9
+
+// pipe is one pipeline: the operations of one or more Callers, answered
+// together. It is made per pipeline and never reused, so a timer or a
+// worker that finishes late can only touch its own pipe.
+type pipe struct {
+	deadline time.Time
+	refs     []ref
+	// answered[i] goes from 0 to 1 when refs[i] is answered: by the worker
+	// with Redis's reply, or by the timer with the policy's answer,
+	// whichever comes first.
+	answered []atomic.Uint32
+	cmds     []*redis.Cmd // per ref
+	strs     []string     // prefixed keys and formatted numbers; commands point into it
+	args     []any        // the arguments of cmds, one backing array
+}
+
+// ref is one operation in a pipe.
+type ref struct {
+	c    *Caller
+	i    int32      // index in c.ops and c.results
+	str  int32      // index of the prefixed key in pipe.strs; capacity, rate and cost follow it
+	kind shard.Kind // copied: c.ops is the connection's once answered
+}
+
+// newPipe returns a pipe with the operations of c for Redis, with room for
+// size operations.
+func newPipe(c *Caller, size int) *pipe {
+	p := &pipe{refs: make([]ref, 0, size)}
+	p.add(c)
+	return p
+}
+
+// add puts the operations of c for Redis into p.
+func (p *pipe) add(c *Caller) {
+	if len(p.refs) == 0 || c.deadline.Before(p.deadline) {
+		p.deadline = c.deadline
+	}
+	for i := range c.ops {
+		switch k := c.ops[i].Kind; k {
+		case shard.Acquire, shard.Peek, shard.Reset:
+			p.refs = append(p.refs, ref{c: c, i: int32(i), kind: k})
+		}
+	}
+}
+
+// noRetry marks a command as one go-redis must not send again after a
+// transport error or a retryable error reply: Redis may have run it.
+// Redirections (MOVED, ASK), after which Redis has not run it, still work.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// worker sends pipelines to Redis, one at a time. Its scratch buffers are
+// used only while it builds a pipe.
+type worker struct {
+	s     *Store
+	in    chan *pipe
+	arena []byte
+	ends  []int
+}
+
+func (w *worker) run() {
+	for p := range w.in {
+		w.execute(p)
+		w.s.idle <- w // room for every worker: never blocks
+	}
+}
+
+// dispatch takes Callers off the queue, waits for a free worker (until the
+// oldest Caller's deadline, after which that Caller is answered by the
+// policy without being sent) and hands the worker everything that waits,
+// up to MaxBatch operations, as one pipe. When the queue is closed and
+// drained it stops the workers.
+func (s *Store) dispatch() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var next *Caller // taken off the queue, not in a pipe yet
+	open := true
+	for open || next != nil {
+		if next == nil {
+			c, ok := <-s.queue
+			if !ok {
+				break
+			}
+			next = c
+		}
+		w := s.freeWorker(next.deadline, timer)
+		if w == nil {
+			s.expireCaller(next)
+			next = nil
+			continue
+		}
+		p := newPipe(next, min(s.cfg.MaxBatch, max(next.remote(), len(s.queue)+1)))
+		next = nil
+		now := time.Now()
+	gather:
+		for len(p.refs) < s.cfg.MaxBatch {
+			select {
+			case c, ok := <-s.queue:
+				switch {
+				case !ok:
+					open = false
+					break gather
+				case !c.deadline.After(now):
+					s.expireCaller(c)
+				case len(p.refs)+c.remote() > s.cfg.MaxBatch:
+					next = c
+					break gather
+				default:
+					p.add(c)
+				}
+			default:
+				break gather
+			}
+		}
+		w.in <- p // buffer 1, and the worker is idle: never blocks
+	}
+	for range s.cfg.Pipelines {
+		w := <-s.idle
+		close(w.in)
+	}
+}
+
+// freeWorker returns an idle worker, waiting for one until deadline; nil
+// when the deadline passes first.
+func (s *Store) freeWorker(deadline time.Time, timer *time.Timer) *worker {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case w := <-s.idle:
+		return w
+	default:
+	}
+	timer.Reset(wait)
+	select {
+	case w := <-s.idle:
+		timer.Stop()
+		return w
+	case <-timer.C:
+		return nil
+	}
+}
+
+// expireCaller answers every Redis operation of c with the policy: its
+// deadline passed before a pipeline was free, so nothing was sent.
+func (s *Store) expireCaller(c *Caller) {
+	n := 0
+	for i := range c.ops {
+		k := c.ops[i].Kind
+		if k != shard.Acquire && k != shard.Peek && k != shard.Reset {
+			continue
+		}
+		s.count(k, s.failResult(k), true)
+		c.answer(int32(i), s.failResult(k))
+		n++
+	}
+	s.logError("no pipeline to Redis free within the timeout; answered without sending", context.DeadlineExceeded, n)
+}
+
+// expirePipe answers the operations of p that are still unanswered with the
+// policy: the timer's path, when the Redis client has not returned by the
+// deadline (plus grace).
+func (s *Store) expirePipe(p *pipe) {
+	n := 0
+	for i := range p.refs {
+		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.logError("no reply from Redis within the timeout", context.DeadlineExceeded, n)
+	}
+}
+
+// failResult is the policy's answer to an operation Redis could not answer.
+func (s *Store) failResult(k shard.Kind) shard.Result {
+	if k == shard.Reset {
+		return shard.Result{Err: ErrReplyReset}
+	}
+	return s.fail
+}
+
+// settle answers operation i of p with r, unless it has been answered
+// already; failed says r is the policy's. It reports whether it answered.
+func (s *Store) settle(p *pipe, i int, r shard.Result, failed bool) bool {
+	if !p.answered[i].CompareAndSwap(0, 1) {
+		return false
+	}
+	ref := &p.refs[i]
+	s.count(ref.kind, r, failed)
+	ref.c.answer(ref.i, r)
+	return true
+}
+
+// count adds one answer to the counters.
+func (s *Store) count(k shard.Kind, r shard.Result, failed bool) {
+	if failed {
+		s.errs.Add(1)
+		if k != shard.Reset {
+			s.degraded.Add(1)
+		}
+	}
+	if r.Err != "" || r.WrongType {
+		return
+	}
+	switch k {
+	case shard.Acquire:
+		if r.Decision.Allowed {
+			s.allowed.Add(1)
+		} else {
+			s.denied.Add(1)
+		}
+	case shard.Peek:
+		s.peeks.Add(1)
+	case shard.Reset:
+		if r.Removed {
+			s.resets.Add(1)
+		}
+	}
+}
+
+// execute sends p to Redis and answers its operations.
+func (w *worker) execute(p *pipe) {
+	s := w.s
+	ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
+	defer cancel()
+	w.build(ctx, p)
+	// The safety net: whatever the Redis client does, the operations are
+	// answered shortly after the deadline.
+	guard := time.AfterFunc(time.Until(p.deadline)+s.grace, func() { s.expirePipe(p) })
+	defer guard.Stop()
+
+	pl := s.client.Pipeline()
+	cmders := make([]redis.Cmder, len(p.cmds))
+	for i, cmd := range p.cmds {
+		cmders[i] = noRetry{cmd}
+	}
+	_ = pl.BatchProcess(ctx, cmders...) // only queues; never fails
+	// Exec's error is the first command's; each command carries its own.
+	_, _ = pl.Exec(ctx)
+
+	var retry []int
+	var firstErr error
+	failed := 0
+	for i, cmd := range p.cmds {
+		err := cmd.Err()
+		if isNoScript(err) {
+			retry = append(retry, i)
+			continue
+		}
+		r, err := s.outcome(p.refs[i].kind, cmd)
+		if s.settle(p, i, r, err != nil) && err != nil {
+			failed++
+			firstErr = err
+		}
+	}
+	// NOSCRIPT: Redis did not run the script, so sending it again is safe.
+	// The first round sends the script itself (EVAL) once per node and
+	// EVALSHA behind it; the second sends EVAL for whatever still failed.
+	for round := 0; len(retry) > 0 && round < 2; round++ {
+		var f int
+		var err error
+		retry, f, err = w.reload(ctx, p, retry, round)
+		failed += f
+		if err != nil {
+			firstErr = err
+		}
+	}
+	for _, i := range retry {
+		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
+			failed++
+			firstErr = redis.ErrNoScript
+		}
+	}
+	if failed > 0 {
+		s.logError("Redis call failed", firstErr, failed)
+	}
+}
+
+// reload sends the operations idx of p again after NOSCRIPT, with EVAL
+// where the script must be loaded, and answers them. It returns those that
+// got NOSCRIPT again, the number of failures and the last failure.
+func (w *worker) reload(ctx context.Context, p *pipe, idx []int, round int) (again []int, failed int, lastErr error) {
+	s := w.s
+	pl := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(idx))
+	evalSent := false                // standalone
+	var nodes map[*redis.Client]bool // cluster: masters with an EVAL in this round
+	for j, i := range idx {
+		eval := round > 0
+		switch {
+		case eval:
+		case s.cluster == nil:
+			eval = !evalSent
+			evalSent = true
+		default:
+			node, err := s.cluster.MasterForKey(ctx, p.strs[p.refs[i].str])
+			if err != nil || !nodes[node] {
+				eval = true
+				if nodes == nil {
+					nodes = make(map[*redis.Client]bool)
+				}
+				nodes[node] = true
+			}
+		}
+		if eval {
+			s.scriptLoads.Add(1)
+		}
+		cmds[j] = p.scriptCmd(ctx, i, eval)
+		_ = pl.Process(ctx, noRetry{cmds[j]}) // only queues; never fails
+	}
+	_, _ = pl.Exec(ctx)
+	for j, i := range idx {
+		if isNoScript(cmds[j].Err()) {
+			again = append(again, i)
+			continue
+		}
+		r, err := s.outcome(p.refs[i].kind, cmds[j])
+		if s.settle(p, i, r, err != nil) && err != nil {
+			failed++
+			lastErr = err
+		}
+	}
+	return again, failed, lastErr
+}
+
+// outcome turns a command's reply into the operation's result, or the
+// policy's result and the error.
+func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd) (shard.Result, error) {
+	if err := cmd.Err(); err != nil {
+		if k != shard.Reset && redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// The key holds something else than a bucket: the client's
+			// answer, not a Redis failure.
+			return shard.Result{WrongType: true}, nil
+		}
+		return s.failResult(k), err
+	}
+	if k == shard.Reset {
+		n, err := cmd.Int64()
+		if err != nil {
+			return s.failResult(k), err
+		}
+		return shard.Result{Removed: n > 0}, nil
+	}
+	d, err := bucket.ParseReply(cmd.Val())
+	if err != nil {
+		return s.failResult(k), err
+	}
+	return shard.Result{Decision: d}, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// build makes p's commands. The prefixed keys and the numbers are written
+// into the worker's arena and copied into one string per pipe, which the
+// commands point into: after build, p no longer refers to any connection's
+// buffers, so a Caller answered by the timer may reuse them while Redis
+// still reads the commands.
+func (w *worker) build(ctx context.Context, p *pipe) {
+	prefix := w.s.cfg.Prefix
+	w.arena = w.arena[:0]
+	w.ends = w.ends[:0]
+	for j := range p.refs {
+		r := &p.refs[j]
+		op := &r.c.ops[r.i]
+		r.str = int32(len(w.ends))
+		w.arena = append(w.arena, prefix...)
+		w.arena = append(w.arena, op.Key...)
+		w.ends = append(w.ends, len(w.arena))
+		if r.kind == shard.Reset {
+			continue
+		}
+		// The formatting of bucket.AcquireArgs: the shortest decimal that
+		// reads back as the same float64.
+		w.arena = strconv.AppendFloat(w.arena, op.Limit.Capacity, 'g', -1, 64)
+		w.ends = append(w.ends, len(w.arena))
+		w.arena = strconv.AppendFloat(w.arena, op.Limit.Rate, 'g', -1, 64)
+		w.ends = append(w.ends, len(w.arena))
+		w.arena = strconv.AppendFloat(w.arena, op.Cost, 'g', -1, 64)
+		w.ends = append(w.ends, len(w.arena))
+	}
+	all := string(w.arena)
+	p.strs = make([]string, len(w.ends))
+	from := 0
+	for k, end := range w.ends {
+		p.strs[k] = all[from:end]
+		from = end
+	}
+	p.answered = make([]atomic.Uint32, len(p.refs))
+	p.cmds = make([]*redis.Cmd, len(p.refs))
+	p.args = make([]any, 0, scriptArgs*len(p.refs))
+	for j := range p.refs {
+		p.cmds[j] = p.scriptCmd(ctx, j, false)
+	}
+}
+
+// scriptCmd returns the command for operation i of p: DEL for a reset,
+// else EVALSHA, or EVAL with eval set. ARGV[5] (now) is empty, so the
+// script reads Redis TIME (bucket.RedisTime). The arguments are appended
+// to p.args, whose capacity build sets for the first round.
+func (p *pipe) scriptCmd(ctx context.Context, i int, eval bool) *redis.Cmd {
+	r := &p.refs[i]
+	key := &p.strs[r.str]
+	start := len(p.args)
+	if r.kind == shard.Reset {
+		p.args = append(p.args, "del", key)
+		cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
+		cmd.SetFirstKeyPos(1)
+		return cmd
+	}
+	op := &opAcquire
+	if r.kind == shard.Peek {
+		op = &opPeek
+	}
+	s := r.str
+	if eval {
+		p.args = append(p.args, "eval", &scriptSrc)
+	} else {
+		p.args = append(p.args, "evalsha", &scriptSHA)
+	}
+	p.args = append(p.args, "1", key, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], op, "")
+	cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}

@@ -1,0 +1,386 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/shard"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout   = 50 * time.Millisecond
+	DefaultMaxBatch  = 256
+	DefaultPipelines = 4
+)
+
+// Config sets up a Store. Zero values pick the defaults.
+type Config struct {
+	// Client talks to Redis: a *redis.Client (standalone) or a
+	// *redis.ClusterClient (Redis Cluster). The caller builds it, and closes
+	// it after Store.Close. It must be created with MaxRetries: -1 and
+	// ContextTimeoutEnabled: true (ClientOptions and ClusterClientOptions
+	// set both): with retries on, go-redis could send a timed-out script
+	// call again and Redis would count it twice; without context timeouts
+	// a stalled Redis would hold connections for the client's ReadTimeout.
+	// New refuses a client without them.
+	Client redis.UniversalClient
+	// Prefix is prepended to every key (e.g. "tb:"). A key keeps its
+	// {hash tag}: with the prefix "tb:", "{user1}:a" is stored as
+	// "tb:{user1}:a", which Redis Cluster hashes on "user1".
+	Prefix string
+	// Timeout bounds every reply, from Caller.Run to the answer, including
+	// the wait for a free pipeline (50 ms).
+	Timeout time.Duration
+	// FailOpen says what TB.ACQUIRE and TB.PEEK answer when Redis does not
+	// answer within Timeout or answers with an error: allowed (true) or
+	// denied (false, the default). See FailOpenDecision and
+	// FailClosedDecision. TB.RESET gets an error reply either way.
+	FailOpen bool
+	// MaxBatch is how many operations the dispatcher gathers into one
+	// pipeline (256). One connection's operations are never split, so a
+	// single Run with more operations than this travels as one pipeline.
+	MaxBatch int
+	// Pipelines is how many pipelines may be in flight at once (4).
+	Pipelines int
+	// Logger receives Redis errors, at most one line per second (with the
+	// number of lines suppressed since the last one). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrClosed is returned by Caller.Run after Close.
+var ErrClosed = errors.New("redisstore: store closed")
+
+// Error replies (shard.Result.Err) of the store.
+const (
+	// ErrReplyReset answers a TB.RESET whose DEL got no answer in time or an
+	// error: the key may or may not have been deleted.
+	ErrReplyReset = "ERR the Redis store did not answer: TB.RESET may not have been applied"
+	// ErrReplyThrottle answers CL.THROTTLE, which has no script on Redis.
+	ErrReplyThrottle = "ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE"
+	// ErrReplyLoad answers a shard.Load operation, which only memory mode has.
+	ErrReplyLoad = "ERR loading bucket state is not available in Redis store mode"
+)
+
+// FailOpenDecision is what TB.ACQUIRE and TB.PEEK answer with Config.FailOpen
+// set when Redis cannot answer: allowed, with the other three numbers 0
+// (WITHINFO replies 1 0 0 0). No tokens were counted anywhere.
+func FailOpenDecision() bucket.Decision { return bucket.Decision{Allowed: true} }
+
+// FailClosedDecision is what TB.ACQUIRE and TB.PEEK answer by default when
+// Redis cannot answer within timeout: denied, with retry_after_ms = timeout
+// in milliseconds rounded up, at least 1 (WITHINFO replies 0 0 <ms> 0).
+func FailClosedDecision(timeout time.Duration) bucket.Decision {
+	ms := int64(math.Ceil(float64(timeout) / float64(time.Millisecond)))
+	return bucket.Decision{RetryAfterMs: max(ms, 1)}
+}
+
+// Store is the Redis store: a resp.Limiter whose decisions Redis makes. Safe
+// for concurrent use. Close stops its goroutines.
+type Store struct {
+	cfg     Config
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil for a standalone Redis
+	log     *slog.Logger
+	fail    shard.Result  // the policy's answer to acquire and peek
+	grace   time.Duration // how long after the deadline the timer steps in
+
+	mu     sync.RWMutex // closed vs. sends on queue; held shared per Run
+	closed bool
+	queue  chan *Caller
+	idle   chan *worker // workers ready for a pipeline
+	wg     sync.WaitGroup
+	// stopped is canceled by Close: the key count in flight stops and its
+	// goroutine ends.
+	stopped context.Context
+	stop    context.CancelFunc
+
+	allowed, denied, peeks, resets atomic.Int64
+	errs, degraded, scriptLoads    atomic.Int64
+
+	buckets     atomic.Int64
+	epoch       time.Time
+	lastRefresh atomic.Int64 // nanoseconds since epoch of the last DBSIZE request; -1 never
+	refresh     chan struct{}
+
+	errLog rateLog
+}
+
+var _ resp.Limiter = (*Store)(nil)
+
+// New checks cfg, fills in defaults and starts the dispatcher, the workers
+// and the goroutine that refreshes the key count. It does not talk to Redis;
+// LoadScript does, and bucketd calls it at start.
+func New(cfg Config) (*Store, error) {
+	var cluster *redis.ClusterClient
+	switch c := cfg.Client.(type) {
+	case *redis.Client:
+		if o := c.Options(); o.MaxRetries > 0 || !o.ContextTimeoutEnabled {
+			return nil, fmt.Errorf("redisstore: the Redis client must be created with MaxRetries: -1 and ContextTimeoutEnabled: true (it has MaxRetries %d, ContextTimeoutEnabled %v); see ClientOptions",
+				o.MaxRetries, o.ContextTimeoutEnabled)
+		}
+	case *redis.ClusterClient:
+		if o := c.Options(); o.MaxRetries > 0 || !o.ContextTimeoutEnabled {
+			return nil, fmt.Errorf("redisstore: the Redis Cluster client must be created with MaxRetries: -1 and ContextTimeoutEnabled: true (it has MaxRetries %d, ContextTimeoutEnabled %v); see ClusterClientOptions",
+				o.MaxRetries, o.ContextTimeoutEnabled)
+		}
+		cluster = c
+	case nil:
+		return nil, errors.New("redisstore: Config.Client is required")
+	default:
+		return nil, fmt.Errorf("redisstore: Config.Client must be a *redis.Client or a *redis.ClusterClient, not %T", cfg.Client)
+	}
+	return newStore(cfg, cluster), nil
+}
+
+// newStore is New without the checks of the client (tests use it to show
+// what a client that ignores contexts would do).
+func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Pipelines <= 0 {
+		cfg.Pipelines = DefaultPipelines
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Store{
+		cfg:     cfg,
+		client:  cfg.Client,
+		cluster: cluster,
+		log:     cfg.Logger,
+		grace:   max(cfg.Timeout/4, time.Millisecond),
+		// Room for every connection of a busy server to wait without
+		// blocking; beyond that Run waits (back-pressure, bounded by the
+		// dispatcher, which answers expired operations at once).
+		queue:   make(chan *Caller, 4*cfg.MaxBatch*cfg.Pipelines),
+		idle:    make(chan *worker, cfg.Pipelines),
+		epoch:   time.Now(),
+		refresh: make(chan struct{}, 1),
+	}
+	if cfg.FailOpen {
+		s.fail.Decision = FailOpenDecision()
+	} else {
+		s.fail.Decision = FailClosedDecision(cfg.Timeout)
+	}
+	s.stopped, s.stop = context.WithCancel(context.Background())
+	s.lastRefresh.Store(-1)
+	for range cfg.Pipelines {
+		w := &worker{s: s, in: make(chan *pipe, 1)}
+		s.idle <- w
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			w.run()
+		}()
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.dispatch()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.countKeys()
+	}()
+	return s
+}
+
+// ClientOptions parses a redis:// or rediss:// URL (password and database
+// in it, as redis.ParseURL reads them) into options New accepts:
+// MaxRetries -1 and ContextTimeoutEnabled true. It also sets DialerRetries
+// to 1, so that a refused connection fails at once instead of retrying
+// until the timeout (the answer is the policy's either way).
+func ClientOptions(url string) (*redis.Options, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = 1
+	return o, nil
+}
+
+// ClusterClientOptions returns options New accepts for a Redis Cluster
+// reached through the seed nodes addrs (host:port), set like ClientOptions.
+// Set Password, Username or TLSConfig on the result as the cluster needs.
+func ClusterClientOptions(addrs []string) *redis.ClusterOptions {
+	return &redis.ClusterOptions{
+		Addrs:                 addrs,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
+	}
+}
+
+// LoadScript loads the script into Redis (SCRIPT LOAD; on every master of a
+// cluster). It also opens connections and, for a cluster, learns the slot
+// map, so that the first requests do not pay for that within their
+// timeout. Not required: a Redis without the script answers NOSCRIPT, and
+// the store loads it then. Bound ctx: a Redis that is down makes it fail.
+func (s *Store) LoadScript(ctx context.Context) error {
+	sha, err := s.client.ScriptLoad(ctx, bucket.Script).Result()
+	if err != nil {
+		return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
+	}
+	if sha != bucket.ScriptSHA1 {
+		return fmt.Errorf("redisstore: SCRIPT LOAD answered %q, want %s", sha, bucket.ScriptSHA1)
+	}
+	return nil
+}
+
+// NewCaller returns a Caller for one connection.
+func (s *Store) NewCaller() resp.Caller {
+	return &Caller{s: s, done: make(chan struct{}, 1)}
+}
+
+// ShardCount returns 0: Redis holds the buckets, bucketd has no shards.
+func (s *Store) ShardCount() int { return 0 }
+
+// Stats returns the store's counters. Allowed and Denied count the answers
+// clients got, including those of the fail-open or fail-closed policy
+// (Degraded counts those separately); Resets counts keys TB.RESET deleted.
+// Buckets is the number of keys in the Redis database (DBSIZE; for a
+// cluster the sum over its masters), all keys and not only bucketd's,
+// refreshed in the background at most once a second: calling Stats asks for
+// a refresh and returns the last count. QueueDepth is the number of
+// connections whose operations wait for the dispatcher.
+func (s *Store) Stats() shard.Stats {
+	now := time.Since(s.epoch).Nanoseconds()
+	if last := s.lastRefresh.Load(); last < 0 || now-last >= int64(time.Second) {
+		select {
+		case s.refresh <- struct{}{}:
+		default: // a refresh is pending already
+		}
+	}
+	return shard.Stats{
+		Buckets:    s.buckets.Load(),
+		Allowed:    s.allowed.Load(),
+		Denied:     s.denied.Load(),
+		Peeks:      s.peeks.Load(),
+		Resets:     s.resets.Load(),
+		QueueDepth: int64(len(s.queue)),
+	}
+}
+
+// Errors returns how many Redis commands failed: an error reply (other
+// than NOSCRIPT, which is handled, and WRONGTYPE, which is the client's
+// answer), a transport error, or no answer within the timeout (including
+// operations that waited that long for a free pipeline and were never
+// sent), plus failed key counts (DBSIZE).
+func (s *Store) Errors() int64 { return s.errs.Load() }
+
+// Degraded returns how many TB.ACQUIRE and TB.PEEK answers came from the
+// fail-open or fail-closed policy instead of Redis.
+func (s *Store) Degraded() int64 { return s.degraded.Load() }
+
+// ScriptLoads returns how many times the store sent the script itself
+// (EVAL) after a NOSCRIPT reply: about once per Redis node after a restart
+// or failover.
+func (s *Store) ScriptLoads() int64 { return s.scriptLoads.Load() }
+
+// Close stops taking operations, lets the queued ones be answered (each
+// within its timeout), and stops the store's goroutines. Caller.Run then
+// returns ErrClosed. It does not close Config.Client.
+func (s *Store) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.queue)
+		s.stop()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// countKeys refreshes the key count when Stats asks, at most once a second.
+func (s *Store) countKeys() {
+	for {
+		select {
+		case <-s.stopped.Done():
+			return
+		case <-s.refresh:
+		}
+		s.lastRefresh.Store(time.Since(s.epoch).Nanoseconds())
+		n, err := s.dbsize()
+		if s.stopped.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.errs.Add(1)
+			s.logError("counting keys (DBSIZE) failed", err, 1)
+			continue
+		}
+		s.buckets.Store(n)
+	}
+}
+
+// dbsizeTimeout bounds one key count; nobody waits for it.
+const dbsizeTimeout = time.Second
+
+func (s *Store) dbsize() (int64, error) {
+	ctx, cancel := context.WithTimeout(s.stopped, max(dbsizeTimeout, s.cfg.Timeout))
+	defer cancel()
+	if s.cluster == nil {
+		return s.client.DBSize(ctx).Result()
+	}
+	var sum atomic.Int64
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		n, err := c.DBSize(ctx).Result()
+		sum.Add(n)
+		return err
+	})
+	return sum.Load(), err
+}
+
+// logError logs a Redis failure affecting ops operations, at most once per
+// second; the lines left out in between are counted in the next one.
+func (s *Store) logError(msg string, err error, ops int) {
+	suppressed, ok := s.errLog.allow(time.Now())
+	if !ok {
+		return
+	}
+	policy := "deny"
+	if s.cfg.FailOpen {
+		policy = "allow"
+	}
+	s.log.Warn("redis store: "+msg, "err", err, "ops", ops, "on_redis_error", policy,
+		"errors_total", s.errs.Load(), "suppressed_lines", suppressed)
+}
+
+// rateLog lets one log line through per second and counts the others.
+type rateLog struct {
+	mu         sync.Mutex
+	next       time.Time
+	suppressed int64
+}
+
+// allow reports whether a line may be logged at now and, if so, how many
+// were suppressed since the last one.
+func (r *rateLog) allow(now time.Time) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Before(r.next) {
+		r.suppressed++
+		return 0, false
+	}
+	n := r.suppressed
+	r.suppressed = 0
+	r.next = now.Add(time.Second)
+	return n, true
+}
