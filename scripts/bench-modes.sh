@@ -11,6 +11,8 @@
 # --store), contenders alternated within each repetition; medians of REPS.
 #
 # Environment: REPS (3), N (requests per memory/replicate run, 1000000),
+# REPLICATE_FLAGS (extra flags for the replicating bucketd, e.g.
+# "--replicate-interval 100ms"),
 # N_STORE (requests per store/direct run, 300000), CLIENTS (50), KEYSPACE
 # (100000), BUCKETD_GOMAXPROCS (unset: Go default), BUCKETD_BIN (unset:
 # build ./cmd/bucketd).
@@ -82,7 +84,8 @@ start_bucketd() { # NAME PORT FLAGS...
 }
 redis_url="redis://$HOST:$redis_port/0"
 start_bucketd memory "$mem_port"
-start_bucketd replicate "$rep_port" --replicate "$redis_url" --replicate-prefix rep:
+read -r -a replicate_flags <<<"${REPLICATE_FLAGS:-}"
+start_bucketd replicate "$rep_port" --replicate "$redis_url" --replicate-prefix rep: ${replicate_flags[@]+"${replicate_flags[@]}"}
 start_bucketd store "$store_port" --store "$redis_url" --replicate-prefix st:
 
 sha=$(redis-cli -h "$HOST" -p "$redis_port" SCRIPT LOAD "$(cat internal/bucket/tokenbucket.lua)")
@@ -123,10 +126,15 @@ elapsed=$((SECONDS - start_s))
 for name in memory replicate store; do
   kill -0 "${bucketd_pid[$name]}" 2>/dev/null || die "bucketd ($name) died during the run"
 done
-rep_keys=$(redis-cli -h "$HOST" -p "$redis_port" --scan --pattern 'rep:*' | head -1000 | wc -l)
-((rep_keys > 0)) || die "replicate mode wrote nothing to Redis"
-store_keys=$(redis-cli -h "$HOST" -p "$redis_port" --scan --pattern 'st:*' | head -1000 | wc -l)
-((store_keys > 0)) || die "store mode wrote nothing to Redis"
+# The buckets refill in 10 s and expire from Redis, so count writes, not keys.
+applied=$(redis-cli -h "$HOST" -p "$rep_port" INFO replication | tr -d '\r' | awk -F: '$1 == "replicate_applied_total" { print $2 }')
+if ! [[ $applied =~ ^[0-9]+$ ]] || ((applied == 0)); then
+  die "replicate mode wrote nothing to Redis (replicate_applied_total '$applied')"
+fi
+evalsha=$(redis-cli -h "$HOST" -p "$redis_port" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { print $3 }')
+if ! [[ $evalsha =~ ^[0-9]+$ ]] || ((evalsha == 0)); then
+  die "nothing ran EVALSHA on Redis"
+fi
 
 med() { # ID FIELD (2 = req/s, 3 = p50, 4 = p99)
   awk -v id="$1" -v f="$2" '$1 == id { print $f }' "$results" | sort -g |

@@ -405,6 +405,7 @@ func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *
 		Prefix:       cfg.ReplicatePrefix,
 		OffsetMicros: offset,
 		Capacity:     cfg.ReplicateQueue,
+		Interval:     cfg.ReplicateInterval,
 		Logger:       logger,
 	})
 }

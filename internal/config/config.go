@@ -39,13 +39,14 @@ type Config struct {
 	MaxClients    int           // 0 means no limit
 	IdleTimeout   time.Duration // 0 means never; else >= 1s
 
-	Replicate       string        // redis:// or rediss:// URL; "" disables
-	ReplicatePrefix string        // key prefix in the replicate Redis
-	ReplicateQueue  int           // >= 1
-	Store           string        // redis:// or rediss:// URL; "" means buckets live in memory
-	StoreCluster    []string      // host:port seed nodes of a Redis Cluster; nil when unset
-	RedisTimeout    time.Duration // > 0; bounds every reply from Redis
-	OnRedisError    string        // "allow" or "deny"
+	Replicate         string        // redis:// or rediss:// URL; "" disables
+	ReplicatePrefix   string        // key prefix in the replicate Redis
+	ReplicateQueue    int           // >= 1
+	ReplicateInterval time.Duration // between collections of changed buckets, >= 1ms
+	Store             string        // redis:// or rediss:// URL; "" means buckets live in memory
+	StoreCluster      []string      // host:port seed nodes of a Redis Cluster; nil when unset
+	RedisTimeout      time.Duration // > 0; bounds every reply from Redis
+	OnRedisError      string        // "allow" or "deny"
 
 	MaxBuckets            int           // 0 means no limit
 	DataDir               string        // directory for snapshots; "" disables them
@@ -97,24 +98,25 @@ func Default() Config {
 
 func defaults(shards int) Config {
 	return Config{
-		Addr:             "127.0.0.1:6380",
-		Shards:           shards,
-		MaxKeyBytes:      1024,
-		MaxQueryBytes:    64 << 20,
-		MaxArgs:          1 << 20,
-		ShutdownTimeout:  10 * time.Second,
-		LogLevel:         slog.LevelInfo,
-		LogFormat:        "text",
-		MetricsAddr:      "127.0.0.1:9380",
-		ProtectedMode:    true,
-		MaxClients:       10000,
-		ReplicatePrefix:  "tb:",
-		ReplicateQueue:   1 << 16,
-		RedisTimeout:     50 * time.Millisecond,
-		OnRedisError:     "deny",
-		SnapshotInterval: time.Minute,
-		Policies:         map[string]Policy{},
-		in:               inputs{defaultShards: shards},
+		Addr:              "127.0.0.1:6380",
+		Shards:            shards,
+		MaxKeyBytes:       1024,
+		MaxQueryBytes:     64 << 20,
+		MaxArgs:           1 << 20,
+		ShutdownTimeout:   10 * time.Second,
+		LogLevel:          slog.LevelInfo,
+		LogFormat:         "text",
+		MetricsAddr:       "127.0.0.1:9380",
+		ProtectedMode:     true,
+		MaxClients:        10000,
+		ReplicatePrefix:   "tb:",
+		ReplicateQueue:    1 << 16,
+		ReplicateInterval: time.Second,
+		RedisTimeout:      50 * time.Millisecond,
+		OnRedisError:      "deny",
+		SnapshotInterval:  time.Minute,
+		Policies:          map[string]Policy{},
+		in:                inputs{defaultShards: shards},
 	}
 }
 

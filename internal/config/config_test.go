@@ -65,6 +65,7 @@ func TestDefaults(t *testing.T) {
 		"replicate":               "",
 		"replicate-prefix":        "tb:",
 		"replicate-queue":         "65536",
+		"replicate-interval":      "1s",
 		"store":                   "",
 		"store-cluster":           "",
 		"redis-timeout":           "50ms",

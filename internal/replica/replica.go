@@ -75,6 +75,7 @@ type Replicator struct {
 	errs       atomic.Int64
 	resyncs    atomic.Int64
 	retrying   atomic.Int64 // len(retry), readable without mu
+	inflight   atomic.Int64 // changes collected and being written
 	lastClean  atomic.Int64 // Unix nanos of the last Flush that wrote everything
 	droppedAt  int64        // shard drop count at the last resync
 	runID      string       // Redis's run_id when last checked
@@ -229,6 +230,8 @@ func runID(ctx context.Context, c redis.UniversalClient) (string, error) {
 // script keeps the newer of two states), so a batch that failed half way is
 // simply written again.
 func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
+	r.inflight.Store(int64(len(changes)))
+	defer r.inflight.Store(0)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	run := func(useEval bool) ([]redis.Cmder, error) {
@@ -305,7 +308,7 @@ func (r *Replicator) recovered() {
 // Stats returns the replication figures.
 func (r *Replicator) Stats() Stats {
 	st := r.cfg.Group.Stats()
-	depth := st.ChangesPending + r.retrying.Load()
+	depth := st.ChangesPending + r.retrying.Load() + r.inflight.Load()
 	lag := 0.0
 	if depth > 0 {
 		lag = time.Since(time.Unix(0, r.lastClean.Load())).Seconds()
