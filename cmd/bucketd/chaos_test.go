@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // goroutines reads go_goroutines from the binary's /metrics.
@@ -42,38 +38,8 @@ func TestChaosReplicate(t *testing.T) {
 	rs := redistest.Start(t)
 	px := redistest.StartProxy(t, rs.Addr)
 	p := startBinary(t, "--replicate", "redis://"+px.Addr)
-	ctx := context.Background()
 
-	var mu sync.Mutex
-	var slowest time.Duration
-	calls, errs := 0, 0
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: p.addr})
-			defer c.Close()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				err := c.Do(ctx, "TB.ACQUIRE", fmt.Sprint("chaos", w, ":", i%40), "50", "2").Err()
-				d := time.Since(start)
-				mu.Lock()
-				calls++
-				if err != nil {
-					errs++
-				}
-				slowest = max(slowest, d)
-				mu.Unlock()
-			}
-		}()
-	}
+	l := hammer(p.addr, 10, 40, "chaos", "50", "2")
 	time.Sleep(500 * time.Millisecond)
 	baseGoroutines := p.goroutines(t)
 	baseRSS := rssBytes(t, p.cmd.Process.Pid)
@@ -90,42 +56,13 @@ func TestChaosReplicate(t *testing.T) {
 	phase("Redis paused", 2500*time.Millisecond, rs.Pause, rs.Resume)
 	phase("connections cut", 500*time.Millisecond, px.CloseConnections, func() {})
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	calls, errs, slowest := l.end()
 
 	t.Logf("%d calls, %d errors, slowest %v", calls, errs, slowest)
 	if errs != 0 || slowest > time.Second {
 		t.Fatalf("bucketd did not keep answering: %d errors in %d calls, slowest %v", errs, calls, slowest)
 	}
-
-	// The copy converges: queue empty, and Redis agrees with bucketd.
-	c := p.client(t)
-	red := rs.Client()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info := c.Info(ctx, "replication").Val()
-		keys := red.Keys(ctx, "tb:chaos*").Val()
-		if strings.Contains(info, "replicate_queue_depth:0\r\n") && len(keys) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replication did not converge:\n%s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, k := range red.Keys(ctx, "tb:chaos*").Val() {
-		h := red.HGetAll(ctx, k).Val()
-		tokens, _ := strconv.ParseFloat(h["tokens"], 64)
-		ts, _ := strconv.ParseInt(h["ts"], 10, 64)
-		nowTokens := min(50, tokens+float64(time.Now().UnixMicro()-ts)/1e6*2)
-		v, err := c.Do(ctx, "TB.PEEK", strings.TrimPrefix(k, "tb:"), "50", "2", "0").Int64Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := float64(v[1]) - nowTokens; d > 1 || d < -1 {
-			t.Fatalf("%s: Redis's copy means %.3f tokens now, bucketd says %d", k, nowTokens, v[1])
-		}
-	}
+	checkConverged(t, p, rs.Client(), "tb:chaos*", 50, 2)
 
 	// Nothing piled up.
 	time.Sleep(200 * time.Millisecond)

@@ -93,19 +93,9 @@ var settings = []setting{
 	text("tls-ca-cert", "file",
 		"PEM CA certificates; when set, clients must present a certificate signed by one of them (mutual TLS); needs tls-cert and tls-key",
 		func(c *Config) *string { return &c.TLSCACert }, nil),
-	{
-		name: "protected-mode", arg: "bool", flag: true,
-		usage: "when no requirepass is set, refuse clients connecting from non-loopback addresses, as Redis does; --protected-mode=false turns it off",
-		set: func(c *Config, v string) error {
-			b, ok := parseBool(v)
-			if !ok {
-				return errors.New("use true or false (also yes/no, 1/0)")
-			}
-			c.ProtectedMode = b
-			return nil
-		},
-		get: func(c *Config) string { return strconv.FormatBool(c.ProtectedMode) },
-	},
+	boolean("protected-mode",
+		"when no requirepass is set, refuse clients connecting from non-loopback addresses, as Redis does; --protected-mode=false turns it off",
+		func(c *Config) *bool { return &c.ProtectedMode }),
 	integer("max-clients", "n",
 		"most connected clients; a client beyond it gets -ERR max number of clients reached; 0 means no limit",
 		func(c *Config) *int { return &c.MaxClients }, 0, math.MaxInt, "use a whole number of clients, or 0 for no limit"),
@@ -160,19 +150,9 @@ var settings = []setting{
 		"how often a snapshot is written to data-dir",
 		func(c *Config) *time.Duration { return &c.SnapshotInterval },
 		func(d time.Duration) bool { return d >= time.Second }, "use a duration of at least 1s, such as 1m"),
-	{
-		name: "ignore-corrupt-snapshot", arg: "bool", flag: true,
-		usage: "start with no buckets when the snapshot in data-dir is corrupt or truncated, instead of refusing to start",
-		set: func(c *Config, v string) error {
-			b, ok := parseBool(v)
-			if !ok {
-				return errors.New("use true or false (also yes/no, 1/0)")
-			}
-			c.IgnoreCorruptSnapshot = b
-			return nil
-		},
-		get: func(c *Config) string { return strconv.FormatBool(c.IgnoreCorruptSnapshot) },
-	},
+	boolean("ignore-corrupt-snapshot",
+		"start with no buckets when the snapshot in data-dir is corrupt or truncated, instead of refusing to start",
+		func(c *Config) *bool { return &c.IgnoreCorruptSnapshot }),
 }
 
 // maxShards is the most shards bucketd runs.
@@ -221,6 +201,22 @@ func integer(name, arg, usage string, field func(*Config) *int, lo, hi int, hint
 			return nil
 		},
 		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+	}
+}
+
+// boolean is a setting that is also a bare flag: --name alone means true.
+func boolean(name, usage string, field func(*Config) *bool) setting {
+	return setting{
+		name: name, arg: "bool", flag: true, usage: usage,
+		set: func(c *Config, v string) error {
+			b, ok := parseBool(v)
+			if !ok {
+				return errors.New("use true or false (also yes/no, 1/0)")
+			}
+			*field(c) = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*field(c)) },
 	}
 }
 
