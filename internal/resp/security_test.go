@@ -2,14 +2,10 @@ package resp
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
+	"github.com/bucketd/bucketd/internal/testcert"
 	"net"
 	"strings"
 	"testing"
@@ -167,39 +163,9 @@ func TestConfigReload(t *testing.T) {
 	expect(t, none.client(t), "ERROR ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", "CONFIG", "RELOAD")
 }
 
-// selfSigned makes a certificate for 127.0.0.1 signed by itself, usable as
-// both the server certificate and the CA that trusts it.
-func selfSigned(t testing.TB, cn string) (tls.Certificate, *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf
-}
-
 func TestTLSAndMutualTLS(t *testing.T) {
-	serverCert, serverCA := selfSigned(t, "bucketd")
-	clientCert, clientCA := selfSigned(t, "client")
+	serverCert, serverCA := testcert.New(t, "bucketd")
+	clientCert, clientCA := testcert.New(t, "client")
 	pool := x509.NewCertPool()
 	pool.AddCert(serverCA)
 	clientPool := x509.NewCertPool()
