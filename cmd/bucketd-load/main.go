@@ -63,6 +63,7 @@ type options struct {
 	grace       time.Duration
 	seed        uint64
 	noInfo      bool
+	timeline    bool
 }
 
 func main() {
@@ -119,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "how long past the end of the run a reply may take before the connection counts as failed")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	fs.BoolVar(&o.noInfo, "no-info", false, "do not send INFO before and after the run")
+	fs.BoolVar(&o.timeline, "timeline", false, "also report every second of the run: requests, p50, p99, p99.9 and (with --metrics-url) GC cycles completed in it")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bucketd-load [flags]\n\n"+
 			"Load generator for bucketd: raw RESP, one goroutine per connection.\n"+
@@ -164,6 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("--warmup must be shorter than --duration")
 	case o.dialConc < 1:
 		return o, errors.New("--dial-concurrency must be at least 1")
+	case o.timeline && o.duration > maxTimeline*time.Second:
+		return o, fmt.Errorf("--timeline takes at most %d s of --duration", maxTimeline)
 	}
 	for _, f := range []struct{ name, v string }{{"capacity", o.capacity}, {"rate", o.rate}, {"cost", o.cost}} {
 		if _, err := strconv.ParseFloat(f.v, 64); err != nil {
@@ -242,6 +246,7 @@ type report struct {
 	Pipeline        int            `json:"pipeline"`
 	QPSTarget       float64        `json:"qps_target"`
 	WarmupSeconds   float64        `json:"warmup_seconds"`
+	StartUnix       float64        `json:"start_unix"` // when the run started (timeline second 0), Unix seconds
 	Seconds         float64        `json:"measured_seconds"`
 	Requests        int64          `json:"requests"` // replies received, warm-up included
 	Measured        int64          `json:"measured_requests"`
@@ -253,10 +258,22 @@ type report struct {
 	FirstError      string         `json:"first_error,omitempty"`
 	Latency         latency        `json:"latency"`                         // write of a round to its last reply
 	Scheduled       *latency       `json:"latency_from_schedule,omitempty"` // paced runs: from the round's scheduled start
+	Timeline        []second       `json:"timeline,omitempty"`
 	Prefill         *prefillReport `json:"prefill,omitempty"`
 	CPU             *cpuReport     `json:"cpu,omitempty"`
 	Server          serverReport   `json:"server"`
 	Client          clientFacts    `json:"client"`
+}
+
+// second is one second of the run's timeline (warm-up included).
+type second struct {
+	At       int     `json:"t"` // seconds since the start
+	Requests uint64  `json:"requests"`
+	P50      float64 `json:"p50_us"`
+	P99      float64 `json:"p99_us"`
+	P999     float64 `json:"p99_9_us"`
+	Max      float64 `json:"max_us"`    // upper bound of the highest slot used
+	GC       int64   `json:"gc_cycles"` // GC cycles completed during this second (-1: unknown)
 }
 
 // cpuReport is the CPU time used between the start and the end of the
@@ -364,7 +381,11 @@ type runCtx struct {
 	conns               int
 	pipeline            int
 	budget              *atomic.Int64 // requests still to send; nil: unbounded
+	timeline            []histogram   // one per second from start; nil: no timeline
 }
+
+// maxTimeline bounds the seconds a timeline covers (36 KB of counts each).
+const maxTimeline = 600
 
 // claim takes up to n requests from the budget.
 func (rc *runCtx) claim(n int) int {
@@ -428,6 +449,9 @@ func (w *worker) loop(rc *runCtx) {
 		}
 		ns := uint64(t1.Sub(t0))
 		w.lat.recordN(ns, uint64(n))
+		if sec := int(t0.Sub(rc.start) / time.Second); sec >= 0 && sec < len(rc.timeline) {
+			rc.timeline[sec].recordN(ns, uint64(n))
+		}
 		w.maxNS = max(w.maxNS, ns)
 		if rc.interval > 0 {
 			w.sched.recordN(uint64(t1.Sub(sched)), uint64(n))
@@ -589,6 +613,34 @@ func run(o options, log io.Writer) (*report, error) {
 	rc.start = time.Now().Add(20 * time.Millisecond)
 	rc.end = rc.start.Add(o.duration)
 	rc.warmEnd = rc.start.Add(o.warmup)
+	rep.StartUnix = float64(rc.start.UnixMicro()) / 1e6
+	var gcTimeline []int64
+	stopGC := make(chan struct{})
+	var gcPoll sync.WaitGroup
+	if o.timeline {
+		secs := int((o.duration + time.Second - 1) / time.Second)
+		rc.timeline = make([]histogram, secs)
+		gcTimeline = make([]int64, secs+1) // GC count read at each second boundary
+		for i := range gcTimeline {
+			gcTimeline[i] = -1
+		}
+		if o.metricsURL != "" {
+			gcPoll.Add(1)
+			go func() {
+				defer gcPoll.Done()
+				for i := range gcTimeline {
+					select {
+					case <-stopGC:
+						return
+					case <-time.After(time.Until(rc.start.Add(time.Duration(i) * time.Second))):
+					}
+					if g, err := fetchGC(o.metricsURL, time.Second); err == nil {
+						gcTimeline[i] = g.Count
+					}
+				}
+			}()
+		}
+	}
 	for _, w := range workers {
 		if w.dialErr == nil {
 			_ = w.conn.SetDeadline(rc.end.Add(o.grace))
@@ -601,6 +653,22 @@ func run(o options, log io.Writer) (*report, error) {
 	done.Wait()
 	finished := time.Now()
 	rep.CPU = cpu0.until(readCPU(o.pid))
+	close(stopGC)
+	gcPoll.Wait()
+	for i := range rc.timeline {
+		h := &rc.timeline[i]
+		sec := second{At: i, Requests: h.total(), GC: -1}
+		if sec.Requests == 0 {
+			continue
+		}
+		us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+		sec.P50, sec.P99, sec.P999 = us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.quantile(0.999))
+		sec.Max = us(h.quantile(1))
+		if gcTimeline[i] >= 0 && gcTimeline[i+1] >= 0 {
+			sec.GC = gcTimeline[i+1] - gcTimeline[i]
+		}
+		rep.Timeline = append(rep.Timeline, sec)
+	}
 	for _, w := range workers {
 		if w.conn != nil {
 			w.conn.Close()
@@ -794,6 +862,12 @@ func (r *report) print(out io.Writer) {
 	if s := r.Scheduled; s != nil {
 		p("  from schedule p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (from the round's scheduled start: includes client lag)",
 			ms(s.P50), ms(s.P90), ms(s.P99), ms(s.P999), ms(s.Max))
+	}
+	if len(r.Timeline) > 0 {
+		p("  timeline      second: requests, p50 / p99 / p99.9 / max ms, GC cycles completed (-1 unknown)")
+		for _, t := range r.Timeline {
+			p("    %4d  %8d  %7.3f / %7.3f / %7.3f / %7.3f  %d", t.At, t.Requests, t.P50/1e3, t.P99/1e3, t.P999/1e3, t.Max/1e3, t.GC)
+		}
 	}
 	if pr := r.Prefill; pr != nil {
 		p("  prefill       %d buckets requested, %d keys added, complete=%v", pr.Buckets, pr.Created, pr.Complete)

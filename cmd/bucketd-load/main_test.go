@@ -214,12 +214,16 @@ func TestRunPacedAndPrefill(t *testing.T) {
 	o := testOptions(addr)
 	o.qps = 200
 	o.duration = time.Second
+	o.timeline = true
 	rep, err := run(o, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Requests < 150 || rep.Requests > 210 || rep.Scheduled == nil {
 		t.Fatalf("paced at 200/s for 1 s: %d requests", rep.Requests)
+	}
+	if len(rep.Timeline) != 1 || rep.Timeline[0].Requests != uint64(rep.Requests) || rep.Timeline[0].GC != -1 {
+		t.Fatalf("timeline %+v", rep.Timeline)
 	}
 
 	o = testOptions(addr)
