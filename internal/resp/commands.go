@@ -474,8 +474,11 @@ func (s *Server) info(sections [][]byte) []byte {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		section("Memory")
-		field("used_memory", int64(ms.HeapAlloc))
-		field("used_memory_sys", int64(ms.Sys))
+		tables := s.cfg.Limiter.Stats().TableBytes // mapped outside the Go heap
+		field("used_memory", int64(ms.HeapAlloc)+tables)
+		field("used_memory_heap", int64(ms.HeapAlloc))
+		field("used_memory_tables", tables)
+		field("used_memory_sys", int64(ms.Sys)+tables)
 		field("maxmemory", 0)
 		text("mem_allocator", "go")
 	}

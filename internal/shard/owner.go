@@ -14,7 +14,7 @@ type shard struct {
 	queue chan *Batch
 	clock Clock
 
-	t        table // the buckets; see table
+	t        *table // the buckets; see table
 	seed     maphash.Seed
 	cursor   int
 	sweepMin int
@@ -183,6 +183,7 @@ func (s *shard) run(closing <-chan struct{}, sweepEvery time.Duration) {
 				case b := <-s.queue:
 					s.answer(b)
 				default:
+					s.t.free() // nothing reads the table once run returns
 					return
 				}
 			}

@@ -263,6 +263,11 @@ type Stats struct {
 	ChangesPending int64 // changed keys waiting for Collect (TrackChanges)
 	ChangesDropped int64 // changes not tracked because a shard's set was full
 	Evicted        int64 // buckets evicted to stay within MaxBuckets
+
+	// TableBytes is the memory the bucket tables hold: whole pages mapped
+	// outside the Go heap on Linux (pages not yet touched included), so it
+	// is not part of the runtime's heap figures.
+	TableBytes int64
 }
 
 // Stats sums the shards' counters.
@@ -279,6 +284,7 @@ func (g *Group) Stats() Stats {
 		st.ChangesPending += s.pending.Load()
 		st.ChangesDropped += s.dropped.Load()
 		st.Evicted += s.evicted.Load()
+		st.TableBytes += s.t.held.Load()
 	}
 	return st
 }

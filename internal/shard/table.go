@@ -3,6 +3,7 @@ package shard
 import (
 	"bytes"
 	"math"
+	"sync/atomic"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 )
@@ -41,18 +42,47 @@ func (e *entry) full(now int64) bool {
 //
 // Entries stay dense, so the sweeper walks them with a cursor; deleting
 // moves the last entry into the hole.
+//
+// The three arrays are allocated outside the Go heap where the platform
+// allows (offheap_linux.go): memory per bucket is then the bytes above and
+// not twice that while the GC catches up. Call free when the shard stops.
 type table struct {
 	slots   []uint64 // 0 empty; else uint64(fp)<<32 | (entry index + 1)
 	mask    uint64
 	entries []entry
 	arena   []byte
 	garbage int // arena bytes of deleted keys
+
+	// held is the memory the three arrays hold (mapped, whole pages),
+	// updated when one of them is reallocated; read by Stats from other
+	// goroutines.
+	held atomic.Int64
 }
 
 const minSlots = 64
 
-func newTable() table {
-	return table{slots: make([]uint64, minSlots), mask: minSlots - 1}
+func newTable() *table {
+	slots, ok := offAlloc[uint64](minSlots)
+	if !ok {
+		panic("shard: cannot map the first 4 KiB of a bucket table")
+	}
+	t := &table{slots: slots, mask: minSlots - 1}
+	t.account()
+	return t
+}
+
+// account records the memory held after an array was reallocated.
+func (t *table) account() {
+	t.held.Store(offSize(t.slots) + offSize(t.entries) + offSize(t.arena))
+}
+
+// free releases the table's memory; the table must not be used afterwards.
+func (t *table) free() {
+	offFree(t.slots)
+	offFree(t.entries)
+	offFree(t.arena)
+	t.slots, t.entries, t.arena, t.mask, t.garbage = nil, nil, nil, 0, 0
+	t.account()
 }
 
 func (t *table) len() int { return len(t.entries) }
@@ -81,8 +111,9 @@ func (t *table) find(hash uint64, key []byte) (int32, bool) {
 }
 
 // insert adds e under key, which must not be present, and returns its
-// index, or -1 when the key arena cannot address one more key (4 GiB of
-// keys in one shard): the bucket is then not stored and answers as full.
+// index, or -1 when there is no room: the key arena cannot address one more
+// key (4 GiB of keys in one shard) or the kernel refuses more memory. The
+// bucket is then not stored and answers as full.
 func (t *table) insert(hash uint64, key []byte, e entry) int32 {
 	if uint64(len(t.arena))+uint64(len(key)) > math.MaxUint32 {
 		t.compactArena()
@@ -90,12 +121,29 @@ func (t *table) insert(hash uint64, key []byte, e entry) int32 {
 			return -1
 		}
 	}
-	if (len(t.entries)+1)*4 > len(t.slots)*3 {
-		t.resize(len(t.slots) * 2)
+	if (len(t.entries)+1)*4 > len(t.slots)*3 && !t.resize(len(t.slots)*2) &&
+		(len(t.entries)+1)*16 > len(t.slots)*15 {
+		return -1 // cannot grow, and too full to keep probe runs short
+	}
+	if len(t.arena)+len(key) > cap(t.arena) {
+		arena, ok := offResize(t.arena, max(2*cap(t.arena), len(t.arena)+len(key), 4096))
+		if !ok {
+			return -1
+		}
+		t.arena = arena
+		t.account()
+	}
+	if len(t.entries) == cap(t.entries) {
+		entries, ok := offResize(t.entries, max(2*cap(t.entries), 64))
+		if !ok {
+			return -1
+		}
+		t.entries = entries
+		t.account()
 	}
 	e.fp = uint32(hash >> 32)
 	e.keyOff, e.keyLen = uint32(len(t.arena)), uint32(len(key))
-	t.arena = append(t.arena, key...)
+	t.arena = append(t.arena, key...) // within capacity: never reallocates
 	i := int32(len(t.entries))
 	t.entries = append(t.entries, e)
 	t.place(e.fp, i)
@@ -159,12 +207,20 @@ func (t *table) deleteSlot(pos uint64) {
 	}
 }
 
-func (t *table) resize(n int) {
-	t.slots = make([]uint64, n)
-	t.mask = uint64(n - 1)
+// resize rebuilds the slot array with n slots (a power of two). It reports
+// false, leaving the table as it was, when the memory is refused.
+func (t *table) resize(n int) bool {
+	slots, ok := offAlloc[uint64](n)
+	if !ok {
+		return false
+	}
+	offFree(t.slots)
+	t.slots, t.mask = slots, uint64(n-1)
 	for i := range t.entries {
 		t.place(t.entries[i].fp, int32(i))
 	}
+	t.account()
+	return true
 }
 
 // shrinkIfSparse gives memory back after most buckets have gone: the slot
@@ -178,18 +234,26 @@ func (t *table) shrinkIfSparse() {
 		t.compactArena()
 	}
 	if c := cap(t.entries); c > 1024 && len(t.entries) < c/4 {
-		t.entries = append(make([]entry, 0, c/2), t.entries...)
+		t.entries, _ = offResize(t.entries, c/2) // kept as is if refused
+		t.account()
 	}
 }
 
-// compactArena rewrites the arena without the keys of deleted entries.
+// compactArena rewrites the arena without the keys of deleted entries. If
+// the memory for the new arena is refused the old one stays.
 func (t *table) compactArena() {
-	fresh := make([]byte, 0, len(t.arena)-t.garbage)
+	fresh, ok := offAlloc[byte](len(t.arena) - t.garbage)
+	if !ok {
+		return
+	}
+	fresh = fresh[:0]
 	for i := range t.entries {
 		e := &t.entries[i]
 		k := t.key(e)
 		e.keyOff = uint32(len(fresh))
-		fresh = append(fresh, k...)
+		fresh = append(fresh, k...) // within capacity
 	}
+	offFree(t.arena)
 	t.arena, t.garbage = fresh, 0
+	t.account()
 }

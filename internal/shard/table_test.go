@@ -64,7 +64,46 @@ func TestTableAgainstAMap(t *testing.T) {
 			if tb.len() != 0 || len(tb.slots) != minSlots {
 				t.Fatalf("after removing all: %d entries, %d slots", tb.len(), len(tb.slots))
 			}
+			tb.free()
 		})
+	}
+}
+
+// TestTableGivesMemoryBack fills a table with 300,000 buckets, deletes them
+// all and frees it: the memory the table holds must grow with the buckets,
+// come back down as they go (slot table, entries and arena all shrink) and
+// drop to zero once the table is freed.
+func TestTableGivesMemoryBack(t *testing.T) {
+	seed := maphash.MakeSeed()
+	tb := newTable()
+	before := tb.held.Load()
+	const n = 300_000
+	key := func(i int) []byte { return fmt.Appendf(nil, "bucket:%010d", i) }
+	for i := range n {
+		k := key(i)
+		if tb.insert(maphash.Bytes(seed, k), k, entry{state: bucket.State{Tokens: float64(i)}}) < 0 {
+			t.Fatalf("insert %d refused", i)
+		}
+	}
+	full := tb.held.Load()
+	// 48 B entry + 17 B key + 8–16 B slot per bucket, page-rounded.
+	if perBucket := float64(full) / n; perBucket < 65 || perBucket > 140 {
+		t.Fatalf("%.1f bytes per bucket held at %d buckets, want 65..140", perBucket, n)
+	}
+	for i := range n {
+		k := key(i)
+		j, ok := tb.find(maphash.Bytes(seed, k), k)
+		if !ok || tb.entries[j].state.Tokens != float64(i) {
+			t.Fatalf("bucket %d lost or wrong after growth", i)
+		}
+		tb.remove(j)
+	}
+	if left := tb.held.Load(); left > full/8 {
+		t.Fatalf("after deleting every bucket the table still holds %d of %d bytes", left, full)
+	}
+	tb.free()
+	if before <= 0 || tb.held.Load() != 0 {
+		t.Fatalf("held %d bytes when new, %d after free; want > 0 and 0", before, tb.held.Load())
 	}
 }
 
@@ -78,7 +117,8 @@ func BenchmarkTableMemoryPerBucket(b *testing.B) {
 			k := []byte(fmt.Sprintf("key:%012d", i))
 			tb.insert(maphash.Bytes(seed, k), k, entry{})
 		}
-		bytes := 8*cap(tb.slots) + 48*cap(tb.entries) + cap(tb.arena)
+		bytes := 8*len(tb.slots) + 48*len(tb.entries) + len(tb.arena)
 		b.ReportMetric(float64(bytes)/1e6, "bytes/bucket")
+		tb.free()
 	}
 }
