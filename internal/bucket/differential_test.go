@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -512,4 +513,168 @@ func parseState(h map[string]string) (bucket.State, error) {
 		return bucket.State{}, err
 	}
 	return bucket.State{Tokens: tokens, Last: ts}, nil
+}
+
+// TestDifferentialRedisBatch runs random operations through the script in
+// batches, several keys in one EVALSHA (the form replication and store mode
+// send), and holds every element of every reply and the stored state and
+// PTTL of every key after each batch equal to the Go math applied one
+// operation at a time.
+func TestDifferentialRedisBatch(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	if err := rdb.ScriptLoad(ctx, bucket.Script).Err(); err != nil {
+		t.Fatalf("SCRIPT LOAD: %v", err)
+	}
+	start, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	seed := *diffSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -bucket.diffseed=%d)", seed, seed)
+	g := &diffGen{
+		r:      rand.New(rand.NewPCG(seed, 0x6261746368)),
+		limits: map[string]bucket.Limit{},
+		now:    start.UnixMicro(),
+		model:  diffModel{},
+	}
+	for i := range 8 {
+		g.keys = append(g.keys, fmt.Sprintf("batch:{%d}", i))
+	}
+	check := diffModel{}
+	total := *diffOps / 2
+	mismatches, batches, largest := 0, 0, 0
+	for done := 0; done < total; {
+		ops := make([]diffOp, min(1+g.r.IntN(24), total-done))
+		keys := make([]string, len(ops))
+		var args []any
+		for j := range ops {
+			ops[j] = g.next()
+			keys[j] = ops[j].key
+			a := ops[j].args()
+			if len(a) != bucket.ArgsPerKey {
+				t.Fatalf("%v: %d arguments, want ArgsPerKey = %d", ops[j], len(a), bucket.ArgsPerKey)
+			}
+			args = append(args, a...)
+		}
+		pipe := rdb.TxPipeline()
+		before := pipe.Time(ctx)
+		eval := pipe.EvalSha(ctx, bucket.ScriptSHA1, keys, args...)
+		hashes := make([]*redis.MapStringStringCmd, len(g.keys))
+		pttls := make([]*redis.Cmd, len(g.keys))
+		for k, key := range g.keys {
+			hashes[k] = pipe.HGetAll(ctx, key)
+			pttls[k] = pipe.Do(ctx, "PTTL", key)
+			pipe.Persist(ctx, key)
+		}
+		past := pipe.Time(ctx)
+		_, _ = pipe.Exec(ctx) // errors are looked at per command
+
+		report := func(format string, args ...any) {
+			mismatches++
+			if mismatches <= 20 {
+				t.Errorf("batch %d (ops %d..%d): "+format, append([]any{batches, done, done + len(ops) - 1}, args...)...)
+			}
+		}
+		v, err := eval.Result()
+		replies, isArray := v.([]any)
+		switch {
+		case err != nil:
+			report("EVALSHA: %v", err)
+		case len(ops) == 1:
+			replies = []any{v} // one key: the plain reply, as before batches existed
+		case !isArray || len(replies) != len(ops):
+			report("reply %v, want an array of %d replies", v, len(ops))
+		}
+		ttl := map[string]int64{} // the PEXPIRE the batch's last write to a key set
+		for j, o := range ops {
+			w := check.apply(o)
+			if w.wrote {
+				ttl[o.key] = w.ttl
+			}
+			if j >= len(replies) {
+				continue
+			}
+			if o.kind == diffAcquire || o.kind == diffPeek {
+				checkReply(replies[j], w.decision, func(f string, a ...any) { report("op %v: "+f, append([]any{o}, a...)...) })
+			} else if replies[j] != w.applied {
+				report("op %v: reply %v, want %d", o, replies[j], w.applied)
+			}
+		}
+		slack := past.Val().UnixMilli() - before.Val().UnixMilli()
+		for k, key := range g.keys {
+			h, pttl := hashes[k].Val(), pttls[k].Val()
+			st, exists := check[key]
+			want, set := ttl[key]
+			if set && exists && want < slack && len(h) == 0 {
+				delete(check, key) // expired on Redis's clock within the batch
+				continue
+			}
+			compareState(h, diffWant{state: st, exists: exists}, func(f string, a ...any) { report(key+": "+f, a...) })
+			switch p, _ := pttl.(int64); {
+			case !exists && p != -2:
+				report("%s: PTTL %d, want -2 (no key)", key, p)
+			case exists && !set && p != -1:
+				report("%s: PTTL %d, want -1 (no op of the batch wrote it)", key, p)
+			case exists && set && (p > want || p < want-slack):
+				report("%s: PTTL %d, want %d (%d ms less allowed)", key, p, want, slack)
+			}
+		}
+		g.model = maps.Clone(check)
+		done += len(ops)
+		batches++
+		largest = max(largest, len(ops))
+	}
+	t.Logf("%d operations in %d batches of 1..%d keys, %d mismatches", total, batches, largest, mismatches)
+	if mismatches != 0 {
+		t.Fatalf("%d mismatches between Go and the Lua script in batches (seed %d)", mismatches, seed)
+	}
+}
+
+// TestScriptBatchErrorsAndTime checks what the random batches cannot reach:
+// an invalid call is an error element that leaves the other calls of its
+// batch applied, a batch with the wrong number of arguments is refused
+// whole, and calls that read Redis TIME in one batch all get the same time.
+func TestScriptBatchErrorsAndTime(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	l := bucket.Limit{Capacity: 10, Rate: 1}
+
+	args := append(bucket.AcquireArgs(l, 3, bucket.RedisTime), "10", "-1", "1", bucket.OpAcquire, "", "")
+	args = append(args, bucket.AcquireArgs(l, 4, bucket.RedisTime)...)
+	v, err := rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:bad", "e:b"}, args...).Result()
+	if err != nil {
+		t.Fatalf("batch with one invalid call: %v", err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != 3 {
+		t.Fatalf("reply %#v, want 3 elements", v)
+	}
+	if e, ok := r[1].(error); !ok || !strings.Contains(e.Error(), "invalid rate") {
+		t.Fatalf("element 2 = %#v, want the invalid rate error", r[1])
+	}
+	for i, want := range map[int]int64{0: 7, 2: 6} {
+		if d, err := bucket.ParseReply(r[i]); err != nil || !d.Allowed || d.Remaining != want {
+			t.Fatalf("element %d = %#v (%v), want allowed with %d left", i+1, r[i], err, want)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, "e:bad").Result(); n != 0 {
+		t.Fatalf("the invalid call created its key")
+	}
+	ta, _ := rdb.HGet(ctx, "e:a", "ts").Result()
+	tb, _ := rdb.HGet(ctx, "e:b", "ts").Result()
+	if ta == "" || ta != tb {
+		t.Fatalf("ts of two calls in one batch reading TIME: %q and %q, want equal", ta, tb)
+	}
+
+	err = rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:b"}, bucket.AcquireArgs(l, 1, bucket.RedisTime)...).Err()
+	if err == nil || !strings.Contains(err.Error(), "2 keys need 12 arguments") {
+		t.Fatalf("2 keys with 6 arguments: %v, want the batch refused", err)
+	}
+	if got, _ := rdb.HGet(ctx, "e:a", "tokens").Result(); got != "7" {
+		t.Fatalf("refused batch changed e:a: tokens %q, want 7", got)
+	}
 }

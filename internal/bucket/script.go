@@ -19,6 +19,11 @@ import (
 // on NOSCRIPT); AcquireArgs, PeekArgs, PutArgs and DelArgs build the ARGV,
 // ParseReply reads the reply and TTLMillis says which expiry the script sets.
 //
+// Several buckets go in one call as EVALSHA ScriptSHA1 n key1 … keyn followed
+// by the ARGV of each key in turn: every XxxArgs returns exactly ArgsPerKey
+// arguments, so the batch's ARGV is their concatenation. The reply is then
+// an array of the n replies, a failed call being an error element.
+//
 //go:embed tokenbucket.lua
 var Script string
 
@@ -35,6 +40,10 @@ const (
 	OpPut     = "put"
 	OpDel     = "del"
 )
+
+// ArgsPerKey is the number of ARGV each key takes in a call: AcquireArgs,
+// PeekArgs, PutArgs and DelArgs all return this many.
+const ArgsPerKey = 6
 
 // RedisTime, passed as now to AcquireArgs or PeekArgs, leaves ARGV[5] empty
 // so that the script reads the Redis server's TIME.
@@ -75,11 +84,11 @@ func PutArgs(l Limit, s State) []any {
 // DelArgs returns ARGV for deleting a bucket as of ts (Unix microseconds):
 // Redis deletes the key unless its stored ts is newer.
 func DelArgs(ts int64) []any {
-	return []any{"", "", "", OpDel, strconv.FormatInt(ts, 10)}
+	return []any{"", "", "", OpDel, strconv.FormatInt(ts, 10), ""}
 }
 
 func args(l Limit, cost float64, op string, now int64) []any {
-	a := []any{fmtFloat(l.Capacity), fmtFloat(l.Rate), fmtFloat(cost), op, ""}
+	a := []any{fmtFloat(l.Capacity), fmtFloat(l.Rate), fmtFloat(cost), op, "", ""}
 	if now >= 0 {
 		a[4] = strconv.FormatInt(now, 10)
 	}

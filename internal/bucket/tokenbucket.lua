@@ -32,6 +32,15 @@
 -- Reply to put and del: 1 when applied, 0 when skipped because the stored ts
 -- is newer than ARGV[5] (an older state never overwrites a newer one).
 --
+-- Several buckets in one call: with n > 1 keys, ARGV holds six arguments per
+-- key, ARGV[6i-5 .. 6i] for KEYS[i] in the order above (an unused one
+-- empty), and the reply is an array of the n replies; an invalid call is an
+-- error element of that array and does not stop the others. The calls run in
+-- key order, as n separate calls would, and read Redis TIME at most once, so
+-- they decide at one instant. bucketd sends replication batches and
+-- store-mode pipelines this way: Redis's cost per script call is paid once
+-- for many buckets. On Redis Cluster all n keys must share a hash slot.
+--
 -- Semantics, as in Go: refill is continuous, tokens + elapsed_us / 1e6 * rate,
 -- clamped to the capacity of the call (a smaller capacity clamps the stored
 -- tokens; a peek clamps nothing). A now at or before the stored ts adds
@@ -46,15 +55,13 @@
 --
 -- The script is deterministic apart from the TIME call; Redis 5 and later
 -- replicate scripts by their effects, so no redis.replicate_commands() (gone
--- in Redis 7). It touches only KEYS[1], so it runs on Redis Cluster too.
+-- in Redis 7). It touches only its KEYS, so it runs on Redis Cluster too.
 
 local MAX_INT = '9223372036854775807' -- 2^63-1, which a Lua number cannot hold
 local TWO_63 = 9223372036854775808 -- 2^63, exact as a double
 local TWO_53 = 9007199254740992 -- integers up to here are exact as doubles
 local MAX_NUM = 1e15
 local MAX_TTL_MS = 315360000000 -- 10 years of 365 days, in milliseconds
-
-local key = KEYS[1]
 
 -- number parses an argument; nil when absent, empty or not a number. Note
 -- that Lua's tonumber accepts "nan" and "inf": callers check ranges with
@@ -165,7 +172,7 @@ end
 -- Numbers are formatted here rather than left to redis.call, whose own
 -- conversion differs between Redis versions: %.17g reads back as the same
 -- float64 in every language, %.0f writes a whole number without exponent.
-local function store(capacity, rate, tokens, ts, now)
+local function store(key, capacity, rate, tokens, ts, now)
   if tokens >= capacity then
     redis.call('DEL', key)
     return
@@ -174,108 +181,132 @@ local function store(capacity, rate, tokens, ts, now)
   redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms(capacity, rate, tokens, ts, now)))
 end
 
--- stored_ts is the ts of the stored state, or nil.
-local function stored_ts()
+-- stored_ts is the ts of key's stored state, or nil.
+local function stored_ts(key)
   return micros(redis.call('HGET', key, 'ts'))
 end
 
-local op = ARGV[4]
-if op == nil or op == '' then
-  op = 'acquire'
+-- redis_now is Redis TIME in microseconds, read once per script call.
+local time_now
+local function redis_now()
+  if not time_now then
+    local t = redis.call('TIME')
+    time_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return time_now
 end
 
-if op == 'del' then
-  local ts = micros(ARGV[5])
-  if not ts then
-    return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+-- call runs one bucket's call: key, and its arguments at A[base+1 .. base+6].
+local function call(key, A, base)
+  local op = A[base + 4]
+  if op == nil or op == '' then
+    op = 'acquire'
   end
-  local cur = stored_ts()
-  if cur and cur > ts then
-    return 0
-  end
-  redis.call('DEL', key)
-  return 1
-end
 
-if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' then
-  return redis.error_reply('ERR invalid op: must be acquire, peek, put or del')
-end
-
-local capacity = number(ARGV[1])
-if not (capacity and capacity > 0 and capacity <= MAX_NUM) then
-  return redis.error_reply('ERR invalid capacity: must be a finite number > 0')
-end
-local rate = number(ARGV[2])
-if not (rate and rate > 0 and rate <= MAX_NUM) then
-  return redis.error_reply('ERR invalid rate: must be a finite number > 0')
-end
-
-if op == 'put' then
-  local ts = micros(ARGV[5])
-  if not ts then
-    return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+  if op == 'del' then
+    local ts = micros(A[base + 5])
+    if not ts then
+      return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+    end
+    local cur = stored_ts(key)
+    if cur and cur > ts then
+      return 0
+    end
+    redis.call('DEL', key)
+    return 1
   end
-  local tokens = number(ARGV[6])
-  if not (tokens and tokens >= 0 and tokens < math.huge) then
-    return redis.error_reply('ERR invalid tokens: must be a finite number >= 0')
-  end
-  local cur = stored_ts()
-  if cur and cur > ts then
-    return 0
-  end
-  store(capacity, rate, tokens, ts, ts)
-  return 1
-end
 
-local cost = 1
-if ARGV[3] ~= nil and ARGV[3] ~= '' then
-  cost = tonumber(ARGV[3])
-  if not (cost and cost >= 0 and cost <= MAX_NUM) then
-    return redis.error_reply('ERR invalid cost: must be a finite number >= 0')
+  if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' then
+    return redis.error_reply('ERR invalid op: must be acquire, peek, put or del')
   end
-end
 
-local now
-if ARGV[5] == nil or ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = micros(ARGV[5])
-  if not now then
-    return redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
+  local capacity = number(A[base + 1])
+  if not (capacity and capacity > 0 and capacity <= MAX_NUM) then
+    return redis.error_reply('ERR invalid capacity: must be a finite number > 0')
   end
-end
-
--- The stored state, when there is a valid one; anything else (no key, a
--- missing or malformed field) is a bucket nobody has used: full.
-local st = redis.call('HMGET', key, 'tokens', 'ts')
-local tokens, ts = number(st[1]), micros(st[2])
-local exists = tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
-
-if op == 'peek' or cost == 0 then
-  -- bucket.Peek: nothing is written and nothing is created.
-  local t = capacity
-  if exists then
-    t = tokens_at(tokens, ts, capacity, rate, now)
+  local rate = number(A[base + 2])
+  if not (rate and rate > 0 and rate <= MAX_NUM) then
+    return redis.error_reply('ERR invalid rate: must be a finite number > 0')
   end
+
+  if op == 'put' then
+    local ts = micros(A[base + 5])
+    if not ts then
+      return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
+    end
+    local tokens = number(A[base + 6])
+    if not (tokens and tokens >= 0 and tokens < math.huge) then
+      return redis.error_reply('ERR invalid tokens: must be a finite number >= 0')
+    end
+    local cur = stored_ts(key)
+    if cur and cur > ts then
+      return 0
+    end
+    store(key, capacity, rate, tokens, ts, ts)
+    return 1
+  end
+
+  local cost = 1
+  if A[base + 3] ~= nil and A[base + 3] ~= '' then
+    cost = tonumber(A[base + 3])
+    if not (cost and cost >= 0 and cost <= MAX_NUM) then
+      return redis.error_reply('ERR invalid cost: must be a finite number >= 0')
+    end
+  end
+
+  local now
+  if A[base + 5] == nil or A[base + 5] == '' then
+    now = redis_now()
+  else
+    now = micros(A[base + 5])
+    if not now then
+      return redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
+    end
+  end
+
+  -- The stored state, when there is a valid one; anything else (no key, a
+  -- missing or malformed field) is a bucket nobody has used: full.
+  local st = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens, ts = number(st[1]), micros(st[2])
+  local exists = tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
+
+  if op == 'peek' or cost == 0 then
+    -- bucket.Peek: nothing is written and nothing is created.
+    local t = capacity
+    if exists then
+      t = tokens_at(tokens, ts, capacity, rate, now)
+    end
+    local allowed = t >= cost
+    if allowed then
+      t = t - cost
+    end
+    return decide(capacity, rate, cost, t, allowed)
+  end
+
+  -- bucket.Acquire, then store as the shards do.
+  if not exists then
+    tokens, ts = capacity, now
+  end
+  local t = tokens_at(tokens, ts, capacity, rate, now)
   local allowed = t >= cost
   if allowed then
     t = t - cost
   end
+  if now > ts then
+    ts = now
+  end
+  store(key, capacity, rate, t, ts, now)
   return decide(capacity, rate, cost, t, allowed)
 end
 
--- bucket.Acquire, then store as the shards do.
-if not exists then
-  tokens, ts = capacity, now
+if #KEYS <= 1 then
+  return call(KEYS[1], ARGV, 0)
 end
-local t = tokens_at(tokens, ts, capacity, rate, now)
-local allowed = t >= cost
-if allowed then
-  t = t - cost
+if #ARGV ~= 6 * #KEYS then
+  return redis.error_reply('ERR invalid batch: ' .. #KEYS .. ' keys need ' .. 6 * #KEYS .. ' arguments, six per key; got ' .. #ARGV)
 end
-if now > ts then
-  ts = now
+local replies = {}
+for i = 1, #KEYS do
+  replies[i] = call(KEYS[i], ARGV, 6 * (i - 1))
 end
-store(capacity, rate, t, ts, now)
-return decide(capacity, rate, cost, t, allowed)
+return replies
