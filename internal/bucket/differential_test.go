@@ -670,6 +670,36 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 		t.Fatalf("ts of two calls in one batch reading TIME: %q and %q, want equal", ta, tb)
 	}
 
+	// A key of another type answers WRONGTYPE for itself only, whatever
+	// the op; the batch's other calls still run.
+	if err := rdb.Set(ctx, "e:str", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	args = nil
+	for _, a := range [][]any{
+		bucket.AcquireArgs(l, 1, bucket.RedisTime), bucket.PeekArgs(l, 1, bucket.RedisTime),
+		bucket.PutArgs(l, bucket.State{Tokens: 1, Last: 1}), bucket.DelArgs(1),
+		bucket.AcquireArgs(l, 1, bucket.RedisTime),
+	} {
+		args = append(args, a...)
+	}
+	v, err = rdb.Eval(ctx, bucket.Script, []string{"e:str", "e:str", "e:str", "e:str", "e:c"}, args...).Result()
+	if r, ok := v.([]any); err != nil || !ok || len(r) != 5 {
+		t.Fatalf("batch over a string key: %#v, %v; want 5 replies", v, err)
+	} else {
+		for i := range 4 {
+			if e, ok := r[i].(error); !ok || !strings.HasPrefix(e.Error(), "WRONGTYPE") {
+				t.Fatalf("element %d = %#v, want WRONGTYPE", i+1, r[i])
+			}
+		}
+		if d, err := bucket.ParseReply(r[4]); err != nil || d.Remaining != 9 {
+			t.Fatalf("element 5 = %#v (%v), want allowed with 9 left", r[4], err)
+		}
+	}
+	if got, _ := rdb.Get(ctx, "e:str").Result(); got != "x" {
+		t.Fatalf("the string key was changed to %q", got)
+	}
+
 	err = rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:b"}, bucket.AcquireArgs(l, 1, bucket.RedisTime)...).Err()
 	if err == nil || !strings.Contains(err.Error(), "2 keys need 12 arguments") {
 		t.Fatalf("2 keys with 6 arguments: %v, want the batch refused", err)

@@ -34,13 +34,13 @@ func TestScriptArgs(t *testing.T) {
 	for _, tc := range []struct {
 		got, want []any
 	}{
-		{bucket.AcquireArgs(l, 2.5, 1700000000000001), []any{"0.1", "1e+15", "2.5", "acquire", "1700000000000001"}},
-		{bucket.AcquireArgs(l, 1, bucket.RedisTime), []any{"0.1", "1e+15", "1", "acquire", ""}},
-		{bucket.PeekArgs(l, 0, 5), []any{"0.1", "1e+15", "0", "peek", "5"}},
+		{bucket.AcquireArgs(l, 2.5, 1700000000000001), []any{"0.1", "1e+15", "2.5", "acquire", "1700000000000001", ""}},
+		{bucket.AcquireArgs(l, 1, bucket.RedisTime), []any{"0.1", "1e+15", "1", "acquire", "", ""}},
+		{bucket.PeekArgs(l, 0, 5), []any{"0.1", "1e+15", "0", "peek", "5", ""}},
 		{bucket.PutArgs(l, bucket.State{Tokens: 1.0 / 3, Last: 7}), []any{"0.1", "1e+15", "", "put", "7", "0.3333333333333333"}},
-		{bucket.DelArgs(9), []any{"", "", "", "del", "9"}},
+		{bucket.DelArgs(9), []any{"", "", "", "del", "9", ""}},
 	} {
-		if fmt.Sprint(tc.got) != fmt.Sprint(tc.want) {
+		if fmt.Sprintf("%q", tc.got) != fmt.Sprintf("%q", tc.want) || len(tc.got) != bucket.ArgsPerKey {
 			t.Errorf("args %q, want %q", tc.got, tc.want)
 		}
 	}

@@ -181,9 +181,26 @@ local function store(key, capacity, rate, tokens, ts, now)
   redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms(capacity, rate, tokens, ts, now)))
 end
 
--- stored_ts is the ts of key's stored state, or nil.
+-- read runs a read command with redis.pcall: a key that holds another type
+-- answers WRONGTYPE for this bucket only, instead of aborting the whole
+-- script and the other buckets of a batch with it. It returns the reply, or
+-- nil and the error reply.
+local function read(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    return nil, r
+  end
+  return r
+end
+
+-- stored_ts is the ts of key's stored state (nil when there is none), or
+-- false and an error reply.
 local function stored_ts(key)
-  return micros(redis.call('HGET', key, 'ts'))
+  local ts, err = read('HGET', key, 'ts')
+  if err then
+    return false, err
+  end
+  return micros(ts)
 end
 
 -- redis_now is Redis TIME in microseconds, read once per script call.
@@ -208,7 +225,10 @@ local function call(key, A, base)
     if not ts then
       return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
     end
-    local cur = stored_ts(key)
+    local cur, err = stored_ts(key)
+    if err then
+      return err
+    end
     if cur and cur > ts then
       return 0
     end
@@ -238,7 +258,10 @@ local function call(key, A, base)
     if not (tokens and tokens >= 0 and tokens < math.huge) then
       return redis.error_reply('ERR invalid tokens: must be a finite number >= 0')
     end
-    local cur = stored_ts(key)
+    local cur, err = stored_ts(key)
+    if err then
+      return err
+    end
     if cur and cur > ts then
       return 0
     end
@@ -266,7 +289,10 @@ local function call(key, A, base)
 
   -- The stored state, when there is a valid one; anything else (no key, a
   -- missing or malformed field) is a bucket nobody has used: full.
-  local st = redis.call('HMGET', key, 'tokens', 'ts')
+  local st, err = read('HMGET', key, 'tokens', 'ts')
+  if err then
+    return err
+  end
   local tokens, ts = number(st[1]), micros(st[2])
   local exists = tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
 

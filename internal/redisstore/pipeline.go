@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,8 +23,30 @@ var (
 	opPeek    = bucket.OpPeek
 )
 
-// Arguments per script command: EVALSHA sha 1 key capacity rate cost op now.
+// Arguments per operation in a script command: the key and its six ARGV
+// (capacity rate cost op now tokens), plus EVALSHA sha numkeys once per
+// command. Nine per operation is room for every command build makes.
 const scriptArgs = 9
+
+// batchKeys is how many operations one script call carries on a
+// standalone Redis (the script's batch form: n keys, six ARGV each). Redis
+// pays its per-call cost once for all of them, a third of its work per
+// operation, which is what lets bucketd in front of Redis keep up with
+// clients calling EVALSHA themselves. The operations of one call decide at
+// one Redis TIME, as a shard's batch decides at one instant. On a cluster
+// the keys of one call would have to share a hash slot, so each operation
+// gets its own call there.
+const batchKeys = 64
+
+// numKeys holds "0" … "batchKeys" for the numkeys argument, as variables
+// so commands can point at them without an allocation.
+var numKeys = func() []string {
+	n := make([]string, batchKeys+1)
+	for i := range n {
+		n[i] = strconv.Itoa(i)
+	}
+	return n
+}()
 
 // pipe is one pipeline: the operations of one or more Callers, answered
 // together. It is made per pipeline and never reused, so a timer or a
@@ -35,10 +58,15 @@ type pipe struct {
 	// with Redis's reply, or by the timer with the policy's answer,
 	// whichever comes first.
 	answered []atomic.Uint32
-	cmds     []*redis.Cmd // per ref
+	cmds     []*redis.Cmd // one per command; a script command may answer several refs
+	at       []answerAt   // per ref: where its answer is
 	strs     []string     // prefixed keys and formatted numbers; commands point into it
 	args     []any        // the arguments of cmds, one backing array
 }
+
+// answerAt locates a ref's answer: command cmd of the pipe, and in a batch
+// command's array reply element elem (-1 for a command of one operation).
+type answerAt struct{ cmd, elem int32 }
 
 // ref is one operation in a pipe.
 type ref struct {
@@ -270,13 +298,14 @@ func (w *worker) execute(p *pipe) {
 	var retry []int
 	var firstErr error
 	failed := 0
-	for i, cmd := range p.cmds {
-		err := cmd.Err()
-		if isNoScript(err) {
-			retry = append(retry, i)
+	for i := range p.refs {
+		at := p.at[i]
+		cmd := p.cmds[at.cmd]
+		if isNoScript(cmd.Err()) {
+			retry = append(retry, i) // sent again on its own
 			continue
 		}
-		r, err := s.outcome(p.refs[i].kind, cmd)
+		r, err := s.outcome(p.refs[i].kind, cmd, int(at.elem))
 		if s.settle(p, i, r, err != nil) && err != nil {
 			failed++
 			firstErr = err
@@ -343,7 +372,7 @@ func (w *worker) reload(ctx context.Context, p *pipe, idx []int, round int) (aga
 			again = append(again, i)
 			continue
 		}
-		r, err := s.outcome(p.refs[i].kind, cmds[j])
+		r, err := s.outcome(p.refs[i].kind, cmds[j], -1)
 		if s.settle(p, i, r, err != nil) && err != nil {
 			failed++
 			lastErr = err
@@ -352,10 +381,20 @@ func (w *worker) reload(ctx context.Context, p *pipe, idx []int, round int) (aga
 	return again, failed, lastErr
 }
 
-// outcome turns a command's reply into the operation's result, or the
-// policy's result and the error.
-func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd) (shard.Result, error) {
-	if err := cmd.Err(); err != nil {
+// outcome turns a command's reply (element elem of it for a batch, -1 for
+// the whole reply) into the operation's result, or the policy's result and
+// the error.
+func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd, elem int) (shard.Result, error) {
+	v, err := cmd.Val(), cmd.Err()
+	if err == nil && elem >= 0 {
+		if a, ok := v.([]any); ok && elem < len(a) {
+			v = a[elem]
+			err, _ = v.(error) // the script's error for this operation only
+		} else {
+			err = fmt.Errorf("%w: want an array with element %d, got %T", bucket.ErrBadReply, elem+1, v)
+		}
+	}
+	if err != nil {
 		if k != shard.Reset && redis.HasErrorPrefix(err, "WRONGTYPE") {
 			// The key holds something else than a bucket: the client's
 			// answer, not a Redis failure.
@@ -370,7 +409,7 @@ func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd) (shard.Result, error) {
 		}
 		return shard.Result{Removed: n > 0}, nil
 	}
-	d, err := bucket.ParseReply(cmd.Val())
+	d, err := bucket.ParseReply(v)
 	if err != nil {
 		return s.failResult(k), err
 	}
@@ -417,11 +456,56 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 		from = end
 	}
 	p.answered = make([]atomic.Uint32, len(p.refs))
-	p.cmds = make([]*redis.Cmd, len(p.refs))
+	p.at = make([]answerAt, len(p.refs))
+	p.cmds = make([]*redis.Cmd, 0, len(p.refs))
 	p.args = make([]any, 0, scriptArgs*len(p.refs))
-	for j := range p.refs {
-		p.cmds[j] = p.scriptCmd(ctx, j, false)
+	per := batchKeys
+	if w.s.cluster != nil {
+		per = 1
 	}
+	// Runs of script operations become batch commands; a reset (DEL)
+	// ends a run, so every key sees its operations in order.
+	for j := 0; j < len(p.refs); {
+		end := j + 1
+		for end < len(p.refs) && end-j < per && p.refs[j].kind != shard.Reset && p.refs[end].kind != shard.Reset {
+			end++
+		}
+		cmd := int32(len(p.cmds))
+		if end-j == 1 {
+			p.at[j] = answerAt{cmd: cmd, elem: -1}
+			p.cmds = append(p.cmds, p.scriptCmd(ctx, j, false))
+		} else {
+			for k := j; k < end; k++ {
+				p.at[k] = answerAt{cmd: cmd, elem: int32(k - j)}
+			}
+			p.cmds = append(p.cmds, p.batchCmd(ctx, j, end))
+		}
+		j = end
+	}
+}
+
+// batchCmd returns one EVALSHA for the script operations j..end-1 of p.
+func (p *pipe) batchCmd(ctx context.Context, j, end int) *redis.Cmd {
+	start := len(p.args)
+	p.args = append(p.args, "evalsha", &scriptSHA, &numKeys[end-j])
+	for i := j; i < end; i++ {
+		p.args = append(p.args, &p.strs[p.refs[i].str])
+	}
+	for i := j; i < end; i++ {
+		s := p.refs[i].str
+		p.args = append(p.args, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], opOf(p.refs[i].kind), "", "")
+	}
+	cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// opOf is the script's op for an operation kind.
+func opOf(k shard.Kind) *string {
+	if k == shard.Peek {
+		return &opPeek
+	}
+	return &opAcquire
 }
 
 // scriptCmd returns the command for operation i of p: DEL for a reset,
@@ -438,17 +522,14 @@ func (p *pipe) scriptCmd(ctx context.Context, i int, eval bool) *redis.Cmd {
 		cmd.SetFirstKeyPos(1)
 		return cmd
 	}
-	op := &opAcquire
-	if r.kind == shard.Peek {
-		op = &opPeek
-	}
+	op := opOf(r.kind)
 	s := r.str
 	if eval {
 		p.args = append(p.args, "eval", &scriptSrc)
 	} else {
 		p.args = append(p.args, "evalsha", &scriptSHA)
 	}
-	p.args = append(p.args, "1", key, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], op, "")
+	p.args = append(p.args, &numKeys[1], key, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], op, "", "")
 	cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
 	cmd.SetFirstKeyPos(3)
 	return cmd

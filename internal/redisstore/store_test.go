@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,9 +93,23 @@ func TestPolicyDecisions(t *testing.T) {
 
 // TestCommandArgs: the commands carry the key with its prefix and the
 // numbers exactly as bucket.AcquireArgs and PeekArgs format them, with an
-// empty now (Redis TIME); a reset is a DEL.
+// empty now (Redis TIME); a reset is a DEL. On a standalone Redis, runs of
+// up to batchKeys acquires and peeks between resets go in one EVALSHA with
+// n keys; on a cluster every operation has its own command.
 func TestCommandArgs(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster ", cluster), func(t *testing.T) { testCommandArgs(t, cluster) })
+	}
+}
+
+func testCommandArgs(t *testing.T, cluster bool) {
 	s := &Store{cfg: Config{Prefix: "tb:"}}
+	per := batchKeys
+	if cluster {
+		s.cluster = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}) // never dialled
+		t.Cleanup(func() { s.cluster.Close() })
+		per = 1
+	}
 	w := &worker{s: s}
 	c := &Caller{s: s}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -110,22 +125,37 @@ func TestCommandArgs(t *testing.T) {
 		return 1.0 / float64(1+rng.IntN(7))
 	}
 	var want [][]any
+	var keys, argv []any // the run of script operations not yet in want
+	flush := func() {
+		if len(keys) > 0 {
+			cmd := append([]any{"evalsha", bucket.ScriptSHA1, strconv.Itoa(len(keys))}, keys...)
+			want = append(want, append(cmd, argv...))
+		}
+		keys, argv = nil, nil
+	}
 	for i := range 500 {
 		l := bucket.Limit{Capacity: num(), Rate: num()}
 		cost := num()
 		key := fmt.Sprintf("{user%d}:k\x00\xff", i)
-		switch i % 3 {
-		case 0:
-			c.Add(acquireOp(key, l, cost))
-			want = append(want, append([]any{"evalsha", bucket.ScriptSHA1, "1", "tb:" + key}, bucket.AcquireArgs(l, cost, bucket.RedisTime)...))
-		case 1:
-			c.Add(peekOp(key, l, cost))
-			want = append(want, append([]any{"evalsha", bucket.ScriptSHA1, "1", "tb:" + key}, bucket.PeekArgs(l, cost, bucket.RedisTime)...))
-		default:
+		switch r := rng.IntN(100); {
+		case r < 3 || i == 2:
 			c.Add(resetOp(key))
+			flush()
 			want = append(want, []any{"del", "tb:" + key})
+			continue
+		case r < 60:
+			c.Add(acquireOp(key, l, cost))
+			argv = append(argv, bucket.AcquireArgs(l, cost, bucket.RedisTime)...)
+		default:
+			c.Add(peekOp(key, l, cost))
+			argv = append(argv, bucket.PeekArgs(l, cost, bucket.RedisTime)...)
+		}
+		keys = append(keys, "tb:"+key)
+		if len(keys) == per {
+			flush()
 		}
 	}
+	flush()
 	c.Add(shard.Op{Kind: shard.Throttle, Key: []byte("not sent")})
 	p := &pipe{}
 	p.add(c)
@@ -133,6 +163,7 @@ func TestCommandArgs(t *testing.T) {
 	if len(p.cmds) != len(want) {
 		t.Fatalf("%d commands, want %d", len(p.cmds), len(want))
 	}
+	batches := 0
 	for i, cmd := range p.cmds {
 		got := make([]any, 0, len(cmd.Args()))
 		for _, a := range cmd.Args() {
@@ -144,6 +175,12 @@ func TestCommandArgs(t *testing.T) {
 		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want[i]) {
 			t.Fatalf("command %d: %q, want %q", i, got, want[i])
 		}
+		if got[0] == "evalsha" && got[2] != "1" {
+			batches++
+		}
+	}
+	if cluster != (batches == 0) {
+		t.Fatalf("%d batch commands (cluster %v)", batches, cluster)
 	}
 	// Changing the connection's buffers after build changes no command.
 	for i := range c.ops {
@@ -267,10 +304,20 @@ func TestSingleStore(t *testing.T) {
 	if rs[0].Err != ErrReplyThrottle || !rs[1].WrongType || rs[2].Err != ErrReplyLoad {
 		t.Fatalf("throttle, wrong type, load: %+v", rs)
 	}
+	// In one batch command, the wrong type answers for its own operations
+	// only.
+	rs = runOps(t, s, acquireOp("a", l, 1), acquireOp("str", l, 1), peekOp("str", l, 1), acquireOp("a", l, 2))
+	if rs[0].Decision.Remaining != 9 || !rs[1].WrongType || !rs[2].WrongType || rs[3].Decision.Remaining != 7 {
+		t.Fatalf("batch around a wrong type: %+v", rs)
+	}
+	if n, _ := rdb.Exists(ctx, "tb:a").Result(); n != 1 {
+		t.Fatal("the batch's acquires were not stored")
+	}
+	rdb.Del(ctx, "tb:a")
 
 	st := s.Stats()
-	if st.Allowed != 11 || st.Denied != 3 || st.Peeks != 4 || st.Resets != 1 {
-		t.Fatalf("stats %+v, want 11 allowed, 3 denied, 4 peeks, 1 reset", st)
+	if st.Allowed != 13 || st.Denied != 3 || st.Peeks != 4 || st.Resets != 1 {
+		t.Fatalf("stats %+v, want 13 allowed, 3 denied, 4 peeks, 1 reset", st)
 	}
 	if s.Errors() != 0 || s.Degraded() != 0 {
 		t.Fatalf("errors %d, degraded %d; want none", s.Errors(), s.Degraded())

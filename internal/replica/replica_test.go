@@ -164,6 +164,40 @@ func TestReplicatedStateEqualsMemory(t *testing.T) {
 	}
 }
 
+// TestKeyOfAnotherTypeDoesNotStallReplication: a key under the prefix that
+// holds a string makes Redis refuse that one bucket (WRONGTYPE); it is
+// counted as an error and the other buckets of the same batches are
+// written, once, without the batch being retried forever.
+func TestKeyOfAnotherTypeDoesNotStallReplication(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFixture(t, srv, 1<<16)
+	ctx := context.Background()
+	if err := f.client.Set(ctx, "tb:k7", "not a bucket", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := f.group.NewCaller()
+	lim := bucket.Limit{Capacity: 10, Rate: 0.001}
+	for i := range 200 {
+		c.Add(shard.Op{Kind: shard.Acquire, Key: []byte(fmt.Sprint("k", i)), Limit: lim, Cost: 3})
+	}
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rep.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v; a refused bucket must not fail the batch", err)
+	}
+	if st := f.rep.Stats(); st.RedisErrors != 1 || st.Applied != 199 {
+		t.Fatalf("stats %+v, want 1 Redis error (the refused bucket) and 199 applied", st)
+	}
+	if got, _ := f.client.Get(ctx, "tb:k7").Result(); got != "not a bucket" {
+		t.Fatalf("tb:k7 = %q, want the string left alone", got)
+	}
+	f.client.Del(ctx, "tb:k7")
+	mem := f.memoryState(t)
+	delete(mem, "k7")
+	compare(t, mem, f.redisState(t))
+}
+
 func TestRestartLoadsDrainedKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
