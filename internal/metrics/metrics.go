@@ -22,7 +22,7 @@ type ReplicationStats struct {
 	LagSeconds    float64 // age of the oldest change still queued; 0 when the queue is empty
 	Applied       int64   // changes written to Redis
 	Dropped       int64   // changes dropped because the queue was full
-	RedisErrors   int64   // Redis commands that failed while replicating
+	RedisErrors   int64   // Redis commands that failed while replicating, and refused buckets
 }
 
 // Sources are the functions the Collector calls at scrape time. Each is
@@ -165,7 +165,7 @@ func newCollector(src Sources) (*collector, error) {
 		replLag:           desc("replication_lag_seconds", "Age of the oldest bucket change not yet written to Redis; 0 when none is waiting."),
 		replApplied:       desc("replication_applied_total", "Bucket changes written to Redis."),
 		replDropped:       desc("replication_dropped_total", "Bucket changes dropped because the replication queue was full."),
-		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating."),
+		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating, plus buckets Redis refused because their key holds another type."),
 	}, nil
 }
 

@@ -64,12 +64,12 @@ type Stats struct {
 
 // Replicator runs the copy. Run it with Run; Flush at shutdown.
 type Replicator struct {
-	cfg    Config
-	script *redis.Script
+	cfg Config
 
 	mu      sync.Mutex     // one writer at a time: Run's loop or Flush
 	retry   []shard.Change // a failed batch, written first next time
 	scratch []shard.Change
+	enc     encoder // formats the commands of write
 
 	applied    atomic.Int64
 	errs       atomic.Int64
@@ -109,7 +109,7 @@ func New(cfg Config) (*Replicator, error) {
 	if cfg.RestartCheck <= 0 {
 		cfg.RestartCheck = 5 * time.Second
 	}
-	r := &Replicator{cfg: cfg, script: redis.NewScript(bucket.Script)}
+	r := &Replicator{cfg: cfg}
 	r.lastClean.Store(time.Now().UnixNano())
 	return r, nil
 }
@@ -248,19 +248,10 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 	}
 	run := func(useEval bool) ([]redis.Cmder, error) {
 		return r.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := 0; i < len(changes); i += per {
-				chunk := changes[i:min(i+per, len(changes))]
-				keys := make([]string, len(chunk))
-				args := make([]any, 0, bucket.ArgsPerKey*len(chunk))
-				for j := range chunk {
-					keys[j] = r.cfg.Prefix + chunk[j].Key
-					args = r.appendArgs(args, &chunk[j])
-				}
-				if useEval {
-					p.Eval(ctx, bucket.Script, keys, args...)
-				} else {
-					p.EvalSha(ctx, r.script.Hash(), keys, args...)
-				}
+			for _, args := range r.enc.commands(r.cfg.Prefix, r.cfg.OffsetMicros, changes, per, useEval) {
+				cmd := redis.NewCmd(ctx, args...)
+				cmd.SetFirstKeyPos(3)
+				_ = p.Process(ctx, cmd) // only queues; never fails
 			}
 			return nil
 		})
@@ -315,17 +306,6 @@ func (r *Replicator) refusedBuckets(n int, err error) {
 			"buckets", n, "err", err, "prefix", r.cfg.Prefix)
 		r.lastLog = time.Now()
 	}
-}
-
-// appendArgs appends the script's ARGV for c: a put of its state, or a
-// deletion as of the time it was collected.
-func (r *Replicator) appendArgs(args []any, c *shard.Change) []any {
-	if c.Deleted {
-		return append(args, bucket.DelArgs(c.At+r.cfg.OffsetMicros)...)
-	}
-	st := c.State
-	st.Last += r.cfg.OffsetMicros
-	return append(args, bucket.PutArgs(c.Limit, st)...)
 }
 
 func isNoScript(cmds []redis.Cmder) bool {
