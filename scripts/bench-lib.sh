@@ -49,7 +49,8 @@ wait_ready() {
 run_bench() {
   local port=$1 n=$2 pipe=$3 outf=$4
   shift 4
-  if ! redis-benchmark -h "$HOST" -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
+  # pin_rest: set by a caller that pins processes to CPUs (bench-modes.sh PIN_REDIS=1).
+  if ! ${pin_rest[@]+"${pin_rest[@]}"} redis-benchmark -h "$HOST" -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
     -P "$pipe" --csv "$@" >"$outf" 2>"$outf.err"; then
     cat -- "$outf" "$outf.err" >&2 || true
     die "redis-benchmark failed on port $port: $*"

@@ -15,7 +15,9 @@
 # "--replicate-interval 100ms"),
 # N_STORE (requests per store/direct run, 300000), CLIENTS (50), KEYSPACE
 # (100000), BUCKETD_GOMAXPROCS (unset: Go default), BUCKETD_BIN (unset:
-# build ./cmd/bucketd).
+# build ./cmd/bucketd), PIN_REDIS (unset; 1: redis-server runs on CPU 1 and
+# everything else on CPU 0, with taskset, which shows bucketd's own cost of
+# a mode apart from the CPU that Redis takes when it shares bucketd's cores).
 set -euo pipefail
 script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 cd -- "$script_dir/.."
@@ -34,6 +36,13 @@ die() {
 for tool in redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found in PATH"
 done
+
+pin_redis=() pin_rest=()
+if [[ ${PIN_REDIS:-} == 1 ]]; then
+  command -v taskset >/dev/null 2>&1 || die "PIN_REDIS=1 needs taskset (util-linux)"
+  (($(nproc) >= 2)) || die "PIN_REDIS=1 needs at least 2 CPUs"
+  pin_redis=(taskset -c 1) pin_rest=(taskset -c 0)
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench-modes.XXXXXX")
 pids=()
@@ -63,7 +72,7 @@ if [[ -z ${BUCKETD_BIN:-} ]]; then
 fi
 read -r redis_port mem_port rep_port store_port < <(free_ports 4) || die "no free ports"
 
-redis-server --bind "$HOST" --port "$redis_port" --save '' --appendonly no --daemonize no \
+${pin_redis[@]+"${pin_redis[@]}"} redis-server --bind "$HOST" --port "$redis_port" --save '' --appendonly no --daemonize no \
   --dir "$tmp" >"$tmp/redis.log" 2>&1 &
 redis_pid=$!
 pids+=("$redis_pid")
@@ -74,9 +83,9 @@ start_bucketd() { # NAME PORT FLAGS...
   local name=$1 port=$2
   shift 2
   if [[ -n ${BUCKETD_GOMAXPROCS:-} ]]; then
-    env GOMAXPROCS="$BUCKETD_GOMAXPROCS" "$BUCKETD_BIN" --addr "$HOST:$port" --metrics-addr= "$@" >"$tmp/$name.log" 2>&1 &
+    ${pin_rest[@]+"${pin_rest[@]}"} env GOMAXPROCS="$BUCKETD_GOMAXPROCS" "$BUCKETD_BIN" --addr "$HOST:$port" --metrics-addr= "$@" >"$tmp/$name.log" 2>&1 &
   else
-    env -u GOMAXPROCS "$BUCKETD_BIN" --addr "$HOST:$port" --metrics-addr= "$@" >"$tmp/$name.log" 2>&1 &
+    ${pin_rest[@]+"${pin_rest[@]}"} env -u GOMAXPROCS "$BUCKETD_BIN" --addr "$HOST:$port" --metrics-addr= "$@" >"$tmp/$name.log" 2>&1 &
   fi
   bucketd_pid[$name]=$!
   pids+=("$!")
@@ -150,6 +159,11 @@ row() { # LABEL CONTENDER BASELINE
 echo "## bucketd's Redis modes"
 echo
 echo "- $(date -u '+%Y-%m-%d %H:%M:%S UTC'); nproc $(nproc); $(redis-server --version | cut -d' ' -f1-3); $(go version | cut -d' ' -f3); ${elapsed} s of measurements"
+if ((${#pin_redis[@]})); then
+  echo "- CPUs: redis-server pinned to CPU 1, bucketd and redis-benchmark to CPU 0 (PIN_REDIS=1)"
+else
+  echo "- CPUs: all processes share all $(nproc) CPUs"
+fi
 echo "- bucketd GOMAXPROCS=${BUCKETD_GOMAXPROCS:-unset (Go default)}; redis-benchmark -c $CLIENTS -r $KEYSPACE --threads 1;"
 echo "  N = $N per memory/replicate run, $N_STORE per store/direct run; $REPS repetitions, medians; contenders alternated"
 echo "- bucketd: \`${acq[*]}\`; Redis directly: \`EVALSHA <sha of internal/bucket/tokenbucket.lua> 1 direct:key:__rand_int__ 100 10 1\`"

@@ -43,28 +43,42 @@ type encoder struct {
 // moved by offset to Unix time.
 func (e *encoder) commands(prefix string, offset int64, changes []shard.Change, per int, useEval bool) [][]any {
 	e.buf, e.ends = e.buf[:0], e.ends[:0]
-	first := make([]int32, len(changes)) // index of each change's key in strs
+	// For each change, the index in strs of its key, capacity, rate, ts
+	// and tokens (a deletion: key and ts). Changes with the limit of the
+	// change before them share its formatted capacity and rate: most
+	// buckets share a few limits, and formatting floats is the larger part
+	// of the work here.
+	at := make([][5]int32, len(changes))
+	add := func() int32 {
+		e.ends = append(e.ends, len(e.buf))
+		return int32(len(e.ends) - 1)
+	}
+	var last bucket.Limit
+	limitAt := [2]int32{-1, -1}
 	for i := range changes {
 		c := &changes[i]
-		first[i] = int32(len(e.ends))
 		e.buf = append(e.buf, prefix...)
 		e.buf = append(e.buf, c.Key...)
-		e.ends = append(e.ends, len(e.buf))
+		at[i][0] = add()
 		if c.Deleted {
 			e.buf = strconv.AppendInt(e.buf, c.At+offset, 10)
-			e.ends = append(e.ends, len(e.buf))
+			at[i][3] = add()
 			continue
 		}
 		// The formatting of bucket.PutArgs: the shortest decimal that
 		// reads back as the same float64.
-		e.buf = strconv.AppendFloat(e.buf, c.Limit.Capacity, 'g', -1, 64)
-		e.ends = append(e.ends, len(e.buf))
-		e.buf = strconv.AppendFloat(e.buf, c.Limit.Rate, 'g', -1, 64)
-		e.ends = append(e.ends, len(e.buf))
+		if limitAt[0] < 0 || c.Limit != last {
+			e.buf = strconv.AppendFloat(e.buf, c.Limit.Capacity, 'g', -1, 64)
+			limitAt[0] = add()
+			e.buf = strconv.AppendFloat(e.buf, c.Limit.Rate, 'g', -1, 64)
+			limitAt[1] = add()
+			last = c.Limit
+		}
+		at[i][1], at[i][2] = limitAt[0], limitAt[1]
 		e.buf = strconv.AppendInt(e.buf, c.State.Last+offset, 10)
-		e.ends = append(e.ends, len(e.buf))
+		at[i][3] = add()
 		e.buf = strconv.AppendFloat(e.buf, c.State.Tokens, 'g', -1, 64)
-		e.ends = append(e.ends, len(e.buf))
+		at[i][4] = add()
 	}
 	all := string(e.buf)
 	strs := make([]string, len(e.ends))
@@ -86,14 +100,14 @@ func (e *encoder) commands(prefix string, offset int64, changes []shard.Change, 
 		start := len(args)
 		args = append(args, word, script, &numKeys[end-i])
 		for j := i; j < end; j++ {
-			args = append(args, &strs[first[j]])
+			args = append(args, &strs[at[j][0]])
 		}
 		for j := i; j < end; j++ {
-			s := first[j]
+			a := &at[j]
 			if changes[j].Deleted {
-				args = append(args, "", "", "", &opDel, &strs[s+1], "")
+				args = append(args, "", "", "", &opDel, &strs[a[3]], "")
 			} else {
-				args = append(args, &strs[s+1], &strs[s+2], "", &opPut, &strs[s+3], &strs[s+4])
+				args = append(args, &strs[a[1]], &strs[a[2]], "", &opPut, &strs[a[3]], &strs[a[4]])
 			}
 		}
 		cmds = append(cmds, args[start:len(args):len(args)])

@@ -38,6 +38,9 @@ func TestEncoderMatchesScriptArgs(t *testing.T) {
 			continue
 		}
 		c.Limit = bucket.Limit{Capacity: num(), Rate: num()}
+		if i > 0 && rng.IntN(2) == 0 {
+			c.Limit = changes[i-1].Limit // a run of one limit shares its strings
+		}
 		c.State = bucket.State{Tokens: num(), Last: rng.Int64N(1 << 40)}
 	}
 	var e encoder

@@ -87,7 +87,7 @@ func (s *shard) evictOne(now int64) {
 		}
 	}
 	if !s.t.entries[best].gcra {
-		s.track(s.t.key(&s.t.entries[best])) // the copy in Redis must forget it too
+		s.track(-1, s.t.key(&s.t.entries[best])) // the copy in Redis must forget it too
 	}
 	s.removeAt(int32(best))
 	s.evicted.Add(1)
@@ -104,21 +104,28 @@ func (s *shard) dump(b *Batch, now int64) {
 	}
 }
 
-// track records that key changed. The key is copied into the set only the
-// first time it changes between two collections.
-func (s *shard) track(key []byte) {
+// track records that key changed; i is its entry, or -1 when the key no
+// longer has one (deleted). The key is copied into the set only the first
+// time it changes between two collections, and the entry's dirty flag
+// spares every later change of a hot key the set lookup.
+func (s *shard) track(i int32, key []byte) {
 	if s.dirty == nil {
 		return
 	}
-	if _, ok := s.dirty[string(key)]; ok {
+	if i >= 0 && s.t.entries[i].dirty {
 		return
 	}
-	if len(s.dirty) >= s.dirtyMax {
-		s.dropped.Add(1)
-		return
+	if _, ok := s.dirty[string(key)]; !ok {
+		if len(s.dirty) >= s.dirtyMax {
+			s.dropped.Add(1)
+			return
+		}
+		s.dirty[string(key)] = struct{}{}
+		s.pending.Add(1)
 	}
-	s.dirty[string(key)] = struct{}{}
-	s.pending.Add(1)
+	if i >= 0 {
+		s.t.entries[i].dirty = true
+	}
 }
 
 // collect moves up to b.collectMax tracked changes into b.Changes. A
@@ -131,6 +138,9 @@ func (s *shard) collect(b *Batch, now int64) {
 		}
 		c := Change{Key: key, At: now}
 		i, ok := s.t.find(maphash.String(s.seed, key), []byte(key))
+		if ok {
+			s.t.entries[i].dirty = false
+		}
 		if ok && !s.t.entries[i].gcra {
 			c.State, c.Limit = s.t.entries[i].state, s.t.entries[i].limit
 		} else {
@@ -152,6 +162,7 @@ func (s *shard) trackAll() {
 	for i := range s.t.entries {
 		if e := &s.t.entries[i]; !e.gcra {
 			s.dirty[string(s.t.key(e))] = struct{}{}
+			e.dirty = true
 		}
 	}
 	s.pending.Store(int64(len(s.dirty)))
@@ -289,8 +300,8 @@ func (s *shard) acquire(op *Op, now int64) Result {
 	if op.Cost == 0 {
 		return Result{Decision: d} // a peek: nothing stored, nothing created
 	}
-	if s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit}) {
-		s.track(op.Key)
+	if at, changed := s.store(op, i, exists, next.Tokens >= op.Limit.Capacity, entry{state: next, limit: op.Limit}); changed {
+		s.track(at, op.Key)
 	}
 	return Result{Decision: d}
 }
@@ -311,30 +322,32 @@ func (s *shard) throttle(op *Op, now int64) Result {
 }
 
 // store writes e (state and limit) for op.Key: deletes the entry when the
-// result is full, updates it in place, or creates it. It reports whether
-// anything was or is stored, for change tracking.
-func (s *shard) store(op *Op, i int32, exists, full bool, e entry) bool {
+// result is full, updates it in place, or creates it. It returns the
+// entry's index afterwards (-1 when there is none) and whether anything was
+// or is stored, for change tracking.
+func (s *shard) store(op *Op, i int32, exists, full bool, e entry) (int32, bool) {
 	switch {
 	case exists && full:
 		s.removeAt(i)
-		return true
+		return -1, true
 	case exists:
 		old := &s.t.entries[i]
-		e.keyOff, e.keyLen, e.fp = old.keyOff, old.keyLen, old.fp
+		e.keyOff, e.keyLen, e.fp, e.dirty = old.keyOff, old.keyLen, old.fp, old.dirty
 		*old = e
-		return true
+		return i, true
 	case !full:
 		if s.maxEntries > 0 && s.t.len() >= s.maxEntries {
 			s.evictOne(s.clock())
 		}
-		if s.t.insert(op.hash, op.Key, e) < 0 { // copies the key into the arena
+		at := s.t.insert(op.hash, op.Key, e) // copies the key into the arena
+		if at < 0 {
 			s.evicted.Add(1) // no room for the key: the bucket answers as full
-			return false
+			return -1, false
 		}
 		s.live.Add(1)
-		return true
+		return at, true
 	}
-	return false
+	return -1, false
 }
 
 // reset forgets key and reports whether a bucket existed. A bucket that has
@@ -347,7 +360,7 @@ func (s *shard) reset(op *Op, now int64) bool {
 	}
 	existed := !s.t.entries[i].full(now)
 	if !s.t.entries[i].gcra {
-		s.track(op.Key)
+		s.track(-1, op.Key) // the entry goes next: track the key only
 	}
 	s.removeAt(i)
 	if !existed {

@@ -18,6 +18,7 @@ type entry struct {
 	keyLen uint32
 	fp     uint32 // the key hash's upper 32 bits: slot position and fingerprint
 	gcra   bool   // a CL.THROTTLE key
+	dirty  bool   // the key is in the shard's change set (replication)
 }
 
 // full reports whether the entry holds no information any more at now
