@@ -399,6 +399,7 @@ func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *
 		return nil, fmt.Errorf("--replicate: %w", err)
 	}
 	opts.MaxRetries = -1
+	opts.ContextTimeoutEnabled = true // the replicator's per-pipeline timeout bounds the socket waits too
 	return replica.New(replica.Config{
 		Client:       redis.NewClient(opts),
 		Group:        group,

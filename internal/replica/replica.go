@@ -71,16 +71,22 @@ type Replicator struct {
 	scratch []shard.Change
 	enc     encoder // formats the commands of write
 
-	applied    atomic.Int64
-	errs       atomic.Int64
-	resyncs    atomic.Int64
-	retrying   atomic.Int64 // len(retry), readable without mu
-	inflight   atomic.Int64 // changes collected and being written
-	lastClean  atomic.Int64 // Unix nanos of the last Flush that wrote everything
-	droppedAt  int64        // shard drop count at the last resync
-	runID      string       // Redis's run_id when last checked
-	checkedAt  time.Time    // when run_id was last checked
-	failing    bool
+	applied   atomic.Int64
+	errs      atomic.Int64
+	resyncs   atomic.Int64
+	retrying  atomic.Int64 // len(retry), readable without mu
+	inflight  atomic.Int64 // changes collected and being written
+	lastClean atomic.Int64 // Unix nanos of the last Flush that wrote everything
+	droppedAt int64        // shard drop count at the last resync
+	runID     string       // Redis's run_id when last checked
+	checkedAt time.Time    // when run_id was last checked
+	failing   bool
+	// reconciles is how many reconciles are still due after a write
+	// failed: a pipeline abandoned on a timeout may still reach Redis
+	// later, and a late put of a key deleted since then would bring the key
+	// back (the guard compares with a stored ts, and a deleted key has
+	// none). See Flush.
+	reconciles int
 	loadLater  atomic.Bool // the start-up Load failed: Run retries it
 	lastLog    time.Time
 	suppressed int
@@ -153,6 +159,7 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	defer func() { r.retrying.Store(int64(len(r.retry))) }()
 	if len(r.retry) > 0 {
 		if err := r.write(ctx, r.retry); err != nil {
+			r.reconciles = lateWriteReconciles
 			return r.failed(err)
 		}
 		r.retry = r.retry[:0]
@@ -169,11 +176,22 @@ func (r *Replicator) Flush(ctx context.Context) error {
 			}
 			if err := r.write(ctx, changes); err != nil {
 				r.retry = append(r.retry[:0], changes...)
+				r.reconciles = lateWriteReconciles
 				return r.failed(err)
 			}
 		}
 	}
 	r.recovered()
+	// After a failed write, remove what late writes of abandoned pipelines
+	// brought back: once as soon as Redis answers again (a paused Redis
+	// runs the commands it had buffered first) and once more an interval
+	// later (for commands that were still travelling).
+	if r.reconciles > 0 {
+		if err := r.reconcile(ctx); err != nil {
+			return r.failed(err)
+		}
+		r.reconciles--
+	}
 	// A Redis that restarted without persistence has lost the copy; keys
 	// that do not change again would stay missing. Its run_id tells.
 	if time.Since(r.checkedAt) >= r.cfg.RestartCheck {
@@ -290,6 +308,9 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 	r.applied.Add(int64(len(changes) - refused))
 	return nil
 }
+
+// lateWriteReconciles is how many reconciles follow a failed write.
+const lateWriteReconciles = 2
 
 // isRefusal reports whether err is Redis refusing one bucket for a reason
 // that writing it again cannot fix: its key holds another type.
