@@ -109,27 +109,36 @@ acq=(TB.ACQUIRE 'key:__rand_int__' 100 10 1)
 direct=(EVALSHA "$sha" 1 'direct:key:__rand_int__' 100 10 1)
 results=$tmp/results.txt
 : >"$results"
-measure() { # ID PORT N PIPELINE CMD...
-  local id=$1 port=$2 n=$3 pipe=$4 parsed
-  shift 4
+# cpu_ticks PID: user + system CPU time of PID so far, in clock ticks (0 when gone).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+hz=$(getconf CLK_TCK)
+measure() { # ID PORT BUCKETD_PID (- for none) N PIPELINE CMD...
+  local id=$1 port=$2 bpid=$3 n=$4 pipe=$5 parsed r0 b0 r1 b1 cpu
+  shift 5
+  r0=$(cpu_ticks "$redis_pid") b0=0 b1=0
+  if [[ $bpid != - ]]; then b0=$(cpu_ticks "$bpid"); fi
   run_bench "$port" "$n" "$pipe" "$tmp/$id-$rep.csv" "$@"
+  r1=$(cpu_ticks "$redis_pid")
+  if [[ $bpid != - ]]; then b1=$(cpu_ticks "$bpid"); fi
   parsed=$(parse_csv "$tmp/$id-$rep.csv") || die "cannot parse $tmp/$id-$rep.csv"
-  echo "$id $parsed" >>"$results"
-  log "rep $rep/$REPS  $id: $parsed (req/s, p50 ms, p99 ms)"
+  # CPU microseconds per request of Redis and of the bucketd under test.
+  cpu=$(awk -v r=$((r1 - r0)) -v b=$((b1 - b0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.2f %.2f", r / hz * 1e6 / n, b / hz * 1e6 / n }')
+  echo "$id $parsed $cpu" >>"$results"
+  log "rep $rep/$REPS  $id: $parsed $cpu (req/s, p50 ms, p99 ms, Redis and bucketd CPU us/request)"
 }
 
 start_s=$SECONDS
 for ((rep = 1; rep <= REPS; rep++)); do
-  measure memory16 "$mem_port" "$N" 16 "${acq[@]}"
-  measure replicate16 "$rep_port" "$N" 16 "${acq[@]}"
+  measure memory16 "$mem_port" "${bucketd_pid[memory]}" "$N" 16 "${acq[@]}"
+  measure replicate16 "$rep_port" "${bucketd_pid[replicate]}" "$N" 16 "${acq[@]}"
   kill -STOP "$redis_pid"
-  measure memory16-stopped "$mem_port" "$N" 16 "${acq[@]}"
-  measure replicate16-stopped "$rep_port" "$N" 16 "${acq[@]}"
+  measure memory16-stopped "$mem_port" "${bucketd_pid[memory]}" "$N" 16 "${acq[@]}"
+  measure replicate16-stopped "$rep_port" "${bucketd_pid[replicate]}" "$N" 16 "${acq[@]}"
   kill -CONT "$redis_pid"
-  measure direct1 "$redis_port" "$N_STORE" 1 "${direct[@]}"
-  measure store1 "$store_port" "$N_STORE" 1 "${acq[@]}"
-  measure direct16 "$redis_port" "$N_STORE" 16 "${direct[@]}"
-  measure store16 "$store_port" "$N_STORE" 16 "${acq[@]}"
+  measure direct1 "$redis_port" - "$N_STORE" 1 "${direct[@]}"
+  measure store1 "$store_port" "${bucketd_pid[store]}" "$N_STORE" 1 "${acq[@]}"
+  measure direct16 "$redis_port" - "$N_STORE" 16 "${direct[@]}"
+  measure store16 "$store_port" "${bucketd_pid[store]}" "$N_STORE" 16 "${acq[@]}"
 done
 elapsed=$((SECONDS - start_s))
 for name in memory replicate store; do
@@ -145,7 +154,7 @@ if ! [[ $evalsha =~ ^[0-9]+$ ]] || ((evalsha == 0)); then
   die "nothing ran EVALSHA on Redis"
 fi
 
-med() { # ID FIELD (2 = req/s, 3 = p50, 4 = p99)
+med() { # ID FIELD (2 = req/s, 3 = p50, 4 = p99, 5 = Redis CPU us/req, 6 = bucketd CPU us/req)
   awk -v id="$1" -v f="$2" '$1 == id { print $f }' "$results" | sort -g |
     awk '{ v[NR] = $1 } END { if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f", m }'
 }
@@ -176,3 +185,11 @@ row "store (bucketd) vs EVALSHA direct, -P 1" store1 direct1
 row "store (bucketd) vs EVALSHA direct, -P 16" store16 direct16
 echo
 echo "Targets: replicate >= 0.80 x memory throughput at -P 16; replicate p99 <= 1.5 x memory p99 while Redis is stopped; store >= 0.90 x EVALSHA direct at 50 clients."
+echo
+echo "CPU time per request, medians (microseconds; user + system from /proc, redis-benchmark not counted):"
+echo
+echo "| run | Redis | bucketd |"
+echo "|---|---:|---:|"
+for id in memory16 replicate16 memory16-stopped replicate16-stopped direct1 store1 direct16 store16; do
+  printf '| %s | %s | %s |\n' "$id" "$(med "$id" 5)" "$(med "$id" 6)"
+done
