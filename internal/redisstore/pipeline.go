@@ -25,8 +25,9 @@ var (
 
 // Arguments per operation in a script command: the key and its six ARGV
 // (capacity rate cost op now tokens), plus EVALSHA sha numkeys once per
-// command. Nine per operation is room for every command build makes.
-const scriptArgs = 9
+// command. Ten per operation is room for every command build makes, a
+// one-operation command included.
+const scriptArgs = 10
 
 // batchKeys is how many operations one script call carries on a
 // standalone Redis (the script's batch form: n keys, six ARGV each). Redis

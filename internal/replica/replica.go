@@ -89,7 +89,9 @@ type Replicator struct {
 	reconciles int
 	loadLater  atomic.Bool // the start-up Load failed: Run retries it
 	lastLog    time.Time
-	suppressed int
+	// lastRefusalLog rate-limits refusedBuckets apart from failed.
+	lastRefusalLog time.Time
+	suppressed     int
 }
 
 // New checks cfg and returns a Replicator.
@@ -293,8 +295,13 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 		}
 		if replies, ok := c.(*redis.Cmd).Val().([]any); ok {
 			for _, v := range replies {
-				if e, ok := v.(error); ok {
+				e, isErr := v.(error)
+				switch {
+				case !isErr:
+				case isRefusal(e):
 					refused, refusal = refused+1, e
+				default:
+					return fmt.Errorf("replica: %w", e)
 				}
 			}
 		}
@@ -312,20 +319,24 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 // lateWriteReconciles is how many reconciles follow a failed write.
 const lateWriteReconciles = 2
 
-// isRefusal reports whether err is Redis refusing one bucket for a reason
-// that writing it again cannot fix: its key holds another type.
+// isRefusal reports whether err is the script refusing one bucket for a
+// reason that writing it again cannot fix: its key holds another type
+// (WRONGTYPE), or an argument it rejects ("ERR invalid …", which would be a
+// bucketd bug). The same rule holds for a one-key call and for an element
+// of a batch's reply. Anything else (OOM, READONLY, timeouts) fails the
+// write, which is then retried.
 func isRefusal(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "WRONGTYPE")
+	return err != nil && (redis.HasErrorPrefix(err, "WRONGTYPE") || strings.HasPrefix(err.Error(), "ERR invalid "))
 }
 
 // refusedBuckets counts buckets Redis refused and logs them, at most one
 // line a second.
 func (r *Replicator) refusedBuckets(n int, err error) {
 	r.errs.Add(int64(n))
-	if time.Since(r.lastLog) >= time.Second {
-		r.cfg.Logger.Warn("Redis refused buckets: their keys hold another type; they are not replicated until the keys are deleted",
+	if time.Since(r.lastRefusalLog) >= time.Second {
+		r.cfg.Logger.Warn("Redis refused to store buckets; they are not replicated until the cause is removed (a key of another type: delete it)",
 			"buckets", n, "err", err, "prefix", r.cfg.Prefix)
-		r.lastLog = time.Now()
+		r.lastRefusalLog = time.Now()
 	}
 }
 

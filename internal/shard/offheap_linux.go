@@ -3,6 +3,7 @@
 package shard
 
 import (
+	"os"
 	"syscall"
 	"unsafe"
 )
@@ -16,7 +17,9 @@ import (
 // Only the shard's own goroutine touches its table, so a mapping that moves
 // or is unmapped is never read through a stale slice.
 
-const pageSize = 4096
+// pageSize is the kernel's page size (4 KiB on x86-64, 16 or 64 KiB on some
+// arm64 kernels): mappings are whole pages, and held counts them so.
+var pageSize = uintptr(os.Getpagesize())
 
 func pages(bytes uintptr) uintptr { return (bytes + pageSize - 1) &^ (pageSize - 1) }
 
