@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/config"
+	"github.com/bucketd/bucketd/internal/gcfloor"
 	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
@@ -37,8 +38,14 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// gcFloor is the smallest heap target the collector gets (see
+// internal/gcfloor): with the buckets outside the heap, the heap is a few
+// megabytes and GOGC=100 alone would collect hundreds of times a second.
+const gcFloor = 16 << 20
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	gcfloor.Set(gcFloor) // the process's GC setting: here, not in run, which tests call
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop()
 	switch {

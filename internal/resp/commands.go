@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/bucketd/bucketd/internal/gcfloor"
 )
 
 type cmdID uint8
@@ -474,9 +476,10 @@ func (s *Server) info(sections [][]byte) []byte {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		section("Memory")
-		tables := s.cfg.Limiter.Stats().TableBytes // mapped outside the Go heap
-		field("used_memory", int64(ms.HeapAlloc)+tables)
-		field("used_memory_heap", int64(ms.HeapAlloc))
+		tables := s.cfg.Limiter.Stats().TableBytes    // mapped outside the Go heap
+		heap := int64(ms.HeapAlloc) - gcfloor.Bytes() // the GC ballast is never touched: not data
+		field("used_memory", heap+tables)
+		field("used_memory_heap", heap)
 		field("used_memory_tables", tables)
 		field("used_memory_sys", int64(ms.Sys)+tables)
 		field("maxmemory", 0)
