@@ -100,7 +100,7 @@ func TestBallastRaisesTheTarget(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	with := churn()
-	keepAlive()
+	runtime.KeepAlive(ballast)
 	t.Logf("collections for 128 MB of garbage: %d without the ballast, %d with; next target %.1f MB",
 		without, with, float64(ms.NextGC)/(1<<20))
 	if ms.NextGC < floor {
