@@ -407,7 +407,14 @@ func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *
 	}
 	opts.MaxRetries = -1
 	opts.ContextTimeoutEnabled = true // the replicator's per-pipeline timeout bounds the socket waits too
+	// The fence names the client's connections; after a write times out it
+	// kills the others before anything newer is written. The replicator
+	// writes one pipeline at a time, so one connection is all it needs.
+	fence := &replica.Fence{}
+	opts.OnConnect = fence.OnConnect
+	opts.PoolSize = 1
 	return replica.New(replica.Config{
+		Fence:        fence,
 		Client:       redis.NewClient(opts),
 		Group:        group,
 		Prefix:       cfg.ReplicatePrefix,

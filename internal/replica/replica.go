@@ -49,6 +49,11 @@ type Config struct {
 	Capacity     int           // the tracking capacity, for Stats (0)
 	RestartCheck time.Duration // how often Redis's run_id is compared, to notice a restart (5s)
 	Logger       *slog.Logger  // (slog.Default())
+	// Fence, when set, kills connections abandoned on a failed write
+	// before anything newer is written (see Fence); its OnConnect must be
+	// the client's. Without it, or where Redis forbids CLIENT, failed
+	// writes are followed by reconciles instead.
+	Fence *Fence
 }
 
 // Stats are the replication figures for INFO and metrics.
@@ -159,9 +164,20 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer func() { r.retrying.Store(int64(len(r.retry))) }()
+	if r.cfg.Fence != nil {
+		fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		fenced, err := r.cfg.Fence.settle(fctx, r.cfg.Client)
+		cancel()
+		if err != nil {
+			return r.failed(err)
+		}
+		if fenced {
+			r.reconciles = 0 // nothing abandoned can run any more
+		}
+	}
 	if len(r.retry) > 0 {
 		if err := r.write(ctx, r.retry); err != nil {
-			r.reconciles = lateWriteReconciles
+			r.writeFailed(err)
 			return r.failed(err)
 		}
 		r.retry = r.retry[:0]
@@ -178,7 +194,7 @@ func (r *Replicator) Flush(ctx context.Context) error {
 			}
 			if err := r.write(ctx, changes); err != nil {
 				r.retry = append(r.retry[:0], changes...)
-				r.reconciles = lateWriteReconciles
+				r.writeFailed(err)
 				return r.failed(err)
 			}
 		}
@@ -318,6 +334,17 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 
 // lateWriteReconciles is how many reconciles follow a failed write.
 const lateWriteReconciles = 2
+
+// writeFailed prepares for late writes of the failed pipeline: the Fence
+// kills its connection before the next write (when the connection broke,
+// rather than Redis answering an error), and reconciles are due in case
+// it cannot.
+func (r *Replicator) writeFailed(err error) {
+	r.reconciles = lateWriteReconciles
+	if r.cfg.Fence != nil && !isReply(err) {
+		r.cfg.Fence.abandon()
+	}
+}
 
 // isRefusal reports whether err is the script refusing one bucket for a
 // reason that writing it again cannot fix: its key holds another type

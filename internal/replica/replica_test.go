@@ -336,26 +336,29 @@ func TestRedisRestartWithoutDataIsRefilled(t *testing.T) {
 	}
 }
 
-// TestLateWriteOfAnAbandonedPipelineIsUndone: a put whose pipeline timed
-// out reaches Redis only after the key was reset and its deletion written.
-// The guard cannot stop it (a deleted key has no ts to compare with), so
-// the key comes back in Redis; the reconciles that follow a failed write
-// must remove it again. The proxy makes the race deterministic: it holds
-// the abandoned pipeline for 1.5 s while later connections pass at once.
-func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
-	srv := redistest.Start(t)
+// lateWriteSetup drives the race of TestLateWrite…: a put whose pipeline
+// timed out is held by the proxy for 1.5 s while the key is reset and its
+// deletion written on a new connection. It returns the fixture, with the
+// deletion written; the held put reaches Redis about a second later.
+func lateWriteSetup(t *testing.T, srv *redistest.Server, fence *replica.Fence) *fixture {
+	t.Helper()
 	proxy := redistest.StartProxy(t, srv.Addr)
 	clock := shard.MonotonicClock()
 	group := shard.New(shard.Config{Shards: 1, Clock: clock, TrackChanges: 1024})
 	t.Cleanup(group.Close)
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	opts := &redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true}
+	if fence != nil {
+		opts.OnConnect = fence.OnConnect
+	}
+	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
+	offset := time.Now().UnixMicro() - clock()
 	rep, err := replica.New(replica.Config{Client: client, Group: group, Prefix: "tb:",
-		OffsetMicros: time.Now().UnixMicro() - clock(), Capacity: 1024, Timeout: 200 * time.Millisecond})
+		OffsetMicros: offset, Capacity: 1024, Timeout: 200 * time.Millisecond, Fence: fence})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{group: group, rep: rep, client: srv.Client(), offset: time.Now().UnixMicro() - clock()}
+	f := &fixture{group: group, rep: rep, client: srv.Client(), offset: offset}
 	ctx := context.Background()
 	c := group.NewCaller()
 	run := func(op shard.Op) {
@@ -370,7 +373,6 @@ func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
 	if err := rep.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-
 	proxy.SetDelay(1500 * time.Millisecond)
 	run(shard.Op{Kind: shard.Acquire, Key: []byte("k"), Limit: lim, Cost: 3})
 	if err := rep.Flush(ctx); err == nil {
@@ -384,18 +386,65 @@ func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
 	if n, _ := f.client.Exists(ctx, "tb:k").Result(); n != 0 {
 		t.Fatal("tb:k still in Redis right after its deletion was written")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for n := int64(0); n == 0; n, _ = f.client.Exists(ctx, "tb:k").Result() {
-		if time.Now().After(deadline) {
-			t.Fatal("the abandoned put never reached Redis: the race this test is about did not happen")
+	return f
+}
+
+// TestLateWriteOfAnAbandonedPipelineIsUndone: without a working Fence (none
+// configured, or a Redis that forbids CLIENT) the held put brings tb:k
+// back, as the guard cannot stop it (a deleted key has no ts), and the
+// reconciles that follow a failed write remove it again.
+func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		fence *replica.Fence
+	}{
+		{"no fence", nil, nil},
+		{"CLIENT renamed away", []string{"--rename-command", "CLIENT", ""}, &replica.Fence{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.args...)
+			f := lateWriteSetup(t, srv, tc.fence)
+			ctx := context.Background()
+			if tc.fence != nil && tc.fence.Unsupported() == nil {
+				t.Fatal("the fence did not notice that CLIENT is forbidden")
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for n := int64(0); n == 0; n, _ = f.client.Exists(ctx, "tb:k").Result() {
+				if time.Now().After(deadline) {
+					t.Fatal("the abandoned put never reached Redis: the race this test is about did not happen")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := f.rep.Flush(ctx); err != nil { // the second reconcile after the failure
+				t.Fatal(err)
+			}
+			if n, _ := f.client.Exists(ctx, "tb:k").Result(); n != 0 {
+				t.Fatal("the late put of an abandoned pipeline brought tb:k back and replication left it there")
+			}
+			compare(t, f.memoryState(t), f.redisState(t))
+		})
+	}
+}
+
+// TestFenceStopsALateWrite: with the Fence, the connection of the failed
+// pipeline is killed before the deletion is written, so the held put never
+// runs: tb:k stays absent the whole time, with no reconcile needed.
+func TestFenceStopsALateWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	fence := &replica.Fence{}
+	f := lateWriteSetup(t, srv, fence)
+	ctx := context.Background()
+	if err := fence.Unsupported(); err != nil {
+		t.Fatalf("fencing off on a plain redis-server: %v", err)
+	}
+	if fence.Killed() < 1 {
+		t.Fatalf("the fence killed %d connections, want the abandoned one", fence.Killed())
+	}
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if n, _ := f.client.Exists(ctx, "tb:k").Result(); n != 0 {
+			t.Fatal("the held put of the killed connection ran: tb:k came back")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := rep.Flush(ctx); err != nil { // the second reconcile after the failure
-		t.Fatal(err)
-	}
-	if n, _ := f.client.Exists(ctx, "tb:k").Result(); n != 0 {
-		t.Fatal("the late put of an abandoned pipeline brought tb:k back and replication left it there")
 	}
 	compare(t, f.memoryState(t), f.redisState(t))
 }
