@@ -64,15 +64,20 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 const evictionSample = 16
 
 // evictOne removes, among a random sample, the bucket that is closest to
-// full at now (smallest share of its capacity missing). It runs only when a
-// new bucket would exceed MaxBuckets.
-func (s *shard) evictOne(now int64) {
+// full at now (smallest share of its capacity missing), never entry keep:
+// it runs when a new bucket, keep, has just taken the shard past
+// MaxBuckets. It returns keep's index afterwards (the last entry moves into
+// the evicted one's place).
+func (s *shard) evictOne(now int64, keep int32) int32 {
 	best, bestMissing := -1, 2.0
 	for range evictionSample {
 		s.rng ^= s.rng << 13
 		s.rng ^= s.rng >> 7
 		s.rng ^= s.rng << 17
 		i := int(s.rng % uint64(s.t.len()))
+		if i == int(keep) {
+			continue
+		}
 		e := &s.t.entries[i]
 		missing := 0.0 // a refilled or GCRA-expired bucket: nothing to lose
 		if !e.full(now) {
@@ -86,11 +91,19 @@ func (s *shard) evictOne(now int64) {
 			best, bestMissing = i, missing
 		}
 	}
+	if best < 0 { // every sample was keep (a tiny shard): take its neighbour
+		best = (int(keep) + 1) % s.t.len()
+	}
 	if !s.t.entries[best].gcra {
 		s.track(-1, s.t.key(&s.t.entries[best])) // the copy in Redis must forget it too
 	}
+	last := int32(s.t.len() - 1)
 	s.removeAt(int32(best))
 	s.evicted.Add(1)
+	if keep == last {
+		keep = int32(best)
+	}
+	return keep
 }
 
 // dump copies every live bucket into b.Changes.
@@ -336,15 +349,17 @@ func (s *shard) store(op *Op, i int32, exists, full bool, e entry) (int32, bool)
 		*old = e
 		return i, true
 	case !full:
-		if s.maxEntries > 0 && s.t.len() >= s.maxEntries {
-			s.evictOne(s.clock())
-		}
 		at := s.t.insert(op.hash, op.Key, e) // copies the key into the arena
 		if at < 0 {
 			s.evicted.Add(1) // no room for the key: the bucket answers as full
 			return -1, false
 		}
 		s.live.Add(1)
+		// Evict after the insert, so that an insert refused for lack of
+		// memory never costs another bucket.
+		if s.maxEntries > 0 && s.t.len() > s.maxEntries {
+			at = s.evictOne(s.clock(), at)
+		}
 		return at, true
 	}
 	return -1, false

@@ -384,6 +384,41 @@ func TestMaxBucketsEvictsTheFullest(t *testing.T) {
 	t.Logf("%d of 50 drained buckets kept", kept)
 }
 
+// TestMaxBucketsKeepsTheNewBucket: at the cap the bucket just created is
+// never the one evicted (eviction follows the insert), even in a shard of
+// one bucket, and the change set gets the new state and the eviction.
+func TestMaxBucketsKeepsTheNewBucket(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 1, MaxBuckets: 1, TrackChanges: 100, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	runOne(t, c, acquire("a", 10, 0.001, 5))
+	for i := range 20 { // every new key evicts the previous one
+		runOne(t, c, acquire(fmt.Sprint("k", i), 10, 0.001, 3))
+	}
+	if st := g.Stats(); st.Buckets != 1 || st.Evicted != 20 {
+		t.Fatalf("stats %+v, want 1 live and 20 evicted", st)
+	}
+	if d := runOne(t, c, acquire("k19", 10, 0.001, 0)).Decision; d.Remaining != 7 {
+		t.Fatalf("the newest bucket: %+v, want 7 left (it must survive its own insert)", d)
+	}
+	if d := runOne(t, c, acquire("a", 10, 0.001, 0)).Decision; d.Remaining != 10 {
+		t.Fatalf("an evicted bucket: %+v, want a full one", d)
+	}
+	changes, err := g.Collect(0, nil, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Change{}
+	for _, ch := range changes {
+		got[ch.Key] = ch
+	}
+	if ch := got["k19"]; ch.Deleted || ch.State.Tokens != 7 {
+		t.Fatalf("change of k19: %+v, want its state", ch)
+	}
+	if ch := got["a"]; !ch.Deleted {
+		t.Fatalf("change of a: %+v, want its eviction", ch)
+	}
+}
+
 func TestDumpAndLoadGCRA(t *testing.T) {
 	g, clk := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
 	c := g.NewCaller()
