@@ -300,7 +300,11 @@ type diffStats struct {
 // below the TTL by the milliseconds that passed, and a key whose TTL is
 // shorter than that may be gone already (then the Go map forgets it too,
 // as Redis did).
-func TestDifferentialRedis(t *testing.T) {
+// startDifferential starts a redis-server with the script loaded and a
+// generator of random operations on 8 keys named prefix:{i}, starting at
+// Redis's clock; stream tells the random streams of two tests apart.
+func startDifferential(t *testing.T, prefix string, stream uint64) (*redis.Client, *diffGen, uint64) {
+	t.Helper()
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
 	if sha, err := rdb.ScriptLoad(ctx, bucket.Script).Result(); err != nil || sha != bucket.ScriptSHA1 {
@@ -310,21 +314,26 @@ func TestDifferentialRedis(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TIME: %v", err)
 	}
-
 	seed := *diffSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (rerun with -bucket.diffseed=%d)", seed, seed)
 	g := &diffGen{
-		r:      rand.New(rand.NewPCG(seed, 0x6275636b657464)),
+		r:      rand.New(rand.NewPCG(seed, stream)),
 		limits: map[string]bucket.Limit{},
 		now:    start.UnixMicro(),
 		model:  diffModel{},
 	}
 	for i := range 8 {
-		g.keys = append(g.keys, fmt.Sprintf("diff:{%d}", i))
+		g.keys = append(g.keys, fmt.Sprintf("%s:{%d}", prefix, i))
 	}
+	return rdb, g, seed
+}
+
+func TestDifferentialRedis(t *testing.T) {
+	ctx := context.Background()
+	rdb, g, seed := startDifferential(t, "diff", 0x6275636b657464)
 	check := diffModel{} // the Go side, as Redis should hold it
 
 	const batch = 250
@@ -522,28 +531,7 @@ func parseState(h map[string]string) (bucket.State, error) {
 // operation at a time.
 func TestDifferentialRedisBatch(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	if err := rdb.ScriptLoad(ctx, bucket.Script).Err(); err != nil {
-		t.Fatalf("SCRIPT LOAD: %v", err)
-	}
-	start, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatalf("TIME: %v", err)
-	}
-	seed := *diffSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -bucket.diffseed=%d)", seed, seed)
-	g := &diffGen{
-		r:      rand.New(rand.NewPCG(seed, 0x6261746368)),
-		limits: map[string]bucket.Limit{},
-		now:    start.UnixMicro(),
-		model:  diffModel{},
-	}
-	for i := range 8 {
-		g.keys = append(g.keys, fmt.Sprintf("batch:{%d}", i))
-	}
+	rdb, g, seed := startDifferential(t, "batch", 0x6261746368)
 	check := diffModel{}
 	total := *diffOps / 2
 	mismatches, batches, largest := 0, 0, 0

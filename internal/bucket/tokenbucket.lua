@@ -193,14 +193,19 @@ local function read(...)
   return r
 end
 
--- stored_ts is the ts of key's stored state (nil when there is none), or
--- false and an error reply.
-local function stored_ts(key)
-  local ts, err = read('HGET', key, 'ts')
+-- guard is the newer-wins check of put and del: 0 (skip) when key's stored
+-- state is newer than ts, an error reply when key holds another type, nil
+-- when the write may go ahead.
+local function guard(key, ts)
+  local cur, err = read('HGET', key, 'ts')
   if err then
-    return false, err
+    return err
   end
-  return micros(ts)
+  cur = micros(cur)
+  if cur and cur > ts then
+    return 0
+  end
+  return nil
 end
 
 -- redis_now is Redis TIME in microseconds, read once per script call.
@@ -225,12 +230,9 @@ local function call(key, A, base)
     if not ts then
       return redis.error_reply('ERR invalid ts: must be an integer number of microseconds in [0, 2^53)')
     end
-    local cur, err = stored_ts(key)
-    if err then
-      return err
-    end
-    if cur and cur > ts then
-      return 0
+    local stop = guard(key, ts)
+    if stop then
+      return stop
     end
     redis.call('DEL', key)
     return 1
@@ -258,12 +260,9 @@ local function call(key, A, base)
     if not (tokens and tokens >= 0 and tokens < math.huge) then
       return redis.error_reply('ERR invalid tokens: must be a finite number >= 0')
     end
-    local cur, err = stored_ts(key)
-    if err then
-      return err
-    end
-    if cur and cur > ts then
-      return 0
+    local stop = guard(key, ts)
+    if stop then
+      return stop
     end
     store(key, capacity, rate, tokens, ts, ts)
     return 1

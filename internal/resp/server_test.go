@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,6 +293,19 @@ func TestInfoReportsBucketCounters(t *testing.T) {
 	}
 	if clients := do(t, c, "INFO", "clients").(string); !strings.Contains(clients, "connected_clients:1\r\n") {
 		t.Errorf("INFO clients: %s", clients)
+	}
+	// Memory: the bucket tables are counted apart from the Go heap, and
+	// used_memory is the sum of the two.
+	mem := map[string]int64{}
+	for _, line := range strings.Split(do(t, c, "INFO", "memory").(string), "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			mem[k], _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if mem["used_memory_tables"] <= 0 || mem["used_memory_heap"] <= 0 ||
+		mem["used_memory"] != mem["used_memory_heap"]+mem["used_memory_tables"] {
+		t.Errorf("INFO memory: used_memory %d, heap %d, tables %d; want both parts > 0 and their sum",
+			mem["used_memory"], mem["used_memory_heap"], mem["used_memory_tables"])
 	}
 }
 
