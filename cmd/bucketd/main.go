@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,9 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 
-	clock := shard.MonotonicClock()
-	offset := time.Now().UnixMicro() - clock() // shard time + offset = Unix µs
-	groupCfg := shard.Config{Shards: cfg.Shards, Clock: clock, MaxBuckets: cfg.MaxBuckets}
+	groupCfg := shard.Config{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets}
 	if cfg.Replicate != "" {
 		groupCfg.TrackChanges = cfg.ReplicateQueue
 	}
@@ -92,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var keeper *snapshot.Keeper
 	if cfg.DataDir != "" {
-		keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: group, OffsetMicros: offset, Logger: logger}
+		keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: group, Logger: logger}
 		if err := loadSnapshot(keeper, cfg.IgnoreCorruptSnapshot, logger); err != nil {
 			return err
 		}
@@ -100,12 +97,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var rep *replica.Replicator
 	if cfg.Replicate != "" {
-		if rep, err = newReplicator(cfg, group, offset, logger); err != nil {
+		if rep, err = newReplicator(cfg, group, logger); err != nil {
 			return err
 		}
 	}
 
-	var limiter resp.Limiter = resp.Shards(group)
+	var limiter resp.Limiter = resp.Memory(group)
 	var store *redisstore.Store
 	if storeMode {
 		client, err := newStoreClient(cfg)
@@ -135,9 +132,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg := prometheus.NewRegistry()
 	var srv *resp.Server
 	sources := metrics.Sources{
-		Shards:      limiter.Stats,
-		QueueDepths: group.QueueDepths,
-		Server:      func() resp.ServerStats { return srv.Stats() },
+		Buckets: limiter.Stats,
+		Server:  func() resp.ServerStats { return srv.Stats() },
+	}
+	if store == nil {
+		sources.QueueDepths = group.QueueDepths
 	}
 	if rep != nil {
 		sources.Replication = func() metrics.ReplicationStats {
@@ -177,10 +176,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		serverCfg.Reload = rl.reload
 	}
 	if rep != nil {
-		serverCfg.ExtraInfo = func() []resp.InfoSection { return replicationInfo(cfg, rep.Stats()) }
+		serverCfg.Info = append(serverCfg.Info, rep.Info)
 	}
 	if store != nil {
-		serverCfg.ExtraInfo = func() []resp.InfoSection { return storeInfo(cfg, store) }
+		serverCfg.Info = append(serverCfg.Info, store.Info)
 	}
 	srv, err = resp.NewServer(serverCfg)
 	if err != nil {
@@ -400,7 +399,7 @@ func healthcheck(args []string, getenv func(string) string) error {
 
 // newReplicator connects the replication target. The client never retries
 // on its own: the replicator retries whole batches with backoff.
-func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *slog.Logger) (*replica.Replicator, error) {
+func newReplicator(cfg config.Config, group *shard.Group, logger *slog.Logger) (*replica.Replicator, error) {
 	opts, err := redis.ParseURL(cfg.Replicate)
 	if err != nil {
 		return nil, fmt.Errorf("--replicate: %w", err)
@@ -414,30 +413,14 @@ func newReplicator(cfg config.Config, group *shard.Group, offset int64, logger *
 	opts.OnConnect = fence.OnConnect
 	opts.PoolSize = 1
 	return replica.New(replica.Config{
-		Fence:        fence,
-		Client:       redis.NewClient(opts),
-		Group:        group,
-		Prefix:       cfg.ReplicatePrefix,
-		OffsetMicros: offset,
-		Capacity:     cfg.ReplicateQueue,
-		Interval:     cfg.ReplicateInterval,
-		Logger:       logger,
+		Fence:    fence,
+		Client:   redis.NewClient(opts),
+		Group:    group,
+		Prefix:   cfg.ReplicatePrefix,
+		Capacity: cfg.ReplicateQueue,
+		Interval: cfg.ReplicateInterval,
+		Logger:   logger,
 	})
-}
-
-func replicationInfo(cfg config.Config, st replica.Stats) []resp.InfoSection {
-	i := func(n int64) string { return strconv.FormatInt(n, 10) }
-	return []resp.InfoSection{{Title: "Replication", Fields: []resp.InfoField{
-		{Name: "bucketd_mode", Value: "replicate"},
-		{Name: "replicate_prefix", Value: cfg.ReplicatePrefix},
-		{Name: "replicate_queue_depth", Value: i(st.QueueDepth)},
-		{Name: "replicate_queue_capacity", Value: i(st.QueueCapacity)},
-		{Name: "replicate_lag_seconds", Value: strconv.FormatFloat(st.LagSeconds, 'f', 3, 64)},
-		{Name: "replicate_applied_total", Value: i(st.Applied)},
-		{Name: "replicate_dropped_total", Value: i(st.Dropped)},
-		{Name: "replicate_errors_total", Value: i(st.RedisErrors)},
-		{Name: "replicate_resyncs_total", Value: i(st.Resyncs)},
-	}}}
 }
 
 // loadSnapshot restores the buckets of the last snapshot. A corrupt or
@@ -482,17 +465,4 @@ func newStoreClient(cfg config.Config) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("--store: %w", err)
 	}
 	return redis.NewClient(opts), nil
-}
-
-func storeInfo(cfg config.Config, s *redisstore.Store) []resp.InfoSection {
-	i := func(n int64) string { return strconv.FormatInt(n, 10) }
-	return []resp.InfoSection{{Title: "Store", Fields: []resp.InfoField{
-		{Name: "bucketd_mode", Value: "store"},
-		{Name: "store_prefix", Value: cfg.ReplicatePrefix},
-		{Name: "store_timeout_ms", Value: i(cfg.RedisTimeout.Milliseconds())},
-		{Name: "store_on_redis_error", Value: cfg.OnRedisError},
-		{Name: "store_redis_errors_total", Value: i(s.Errors())},
-		{Name: "store_degraded_decisions_total", Value: i(s.Degraded())},
-		{Name: "store_script_loads_total", Value: i(s.ScriptLoads())},
-	}}}
 }

@@ -28,14 +28,14 @@ func TestScrapeAfterCommands(t *testing.T) {
 	// a closure, read only once something scrapes.
 	var srv *resp.Server
 	m, err := New(reg, Sources{
-		Shards:      group.Stats,
+		Buckets:     resp.Memory(group).Stats,
 		QueueDepths: group.QueueDepths,
 		Server:      func() resp.ServerStats { return srv.Stats() },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = resp.NewServer(resp.Config{Limiter: resp.Shards(group), ObservePipeline: m.ObservePipeline})
+	srv, err = resp.NewServer(resp.Config{Limiter: resp.Memory(group), ObservePipeline: m.ObservePipeline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/resp"
-	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -29,12 +29,13 @@ type ReplicationStats struct {
 // called once per scrape, possibly from several scrapes at once, so each
 // must be safe for concurrent use; all of bucketd's are (they load atomics).
 //
-// Shards, QueueDepths and Server are required. Replication is optional: when
-// it is nil the bucketd_replication_* metrics are not exported at all.
+// Buckets and Server are required. QueueDepths and Replication are
+// optional: when one is nil its metrics are not exported at all (store
+// mode has no shards, memory mode no replication).
 type Sources struct {
-	// Shards returns the totals over all shards, normally
-	// (*shard.Group).Stats.
-	Shards func() shard.Stats
+	// Buckets returns the bucket store's counters, normally the Stats of
+	// the resp.Limiter in use.
+	Buckets func() decide.Stats
 	// QueueDepths appends each shard's queue length to dst, normally
 	// (*shard.Group).QueueDepths. The index is the shard label.
 	QueueDepths func(dst []int) []int
@@ -132,10 +133,8 @@ type collector struct {
 
 func newCollector(src Sources) (*collector, error) {
 	switch {
-	case src.Shards == nil:
-		return nil, errors.New("metrics: Sources.Shards is nil")
-	case src.QueueDepths == nil:
-		return nil, errors.New("metrics: Sources.QueueDepths is nil")
+	case src.Buckets == nil:
+		return nil, errors.New("metrics: Sources.Buckets is nil")
 	case src.Server == nil:
 		return nil, errors.New("metrics: Sources.Server is nil")
 	}
@@ -173,10 +172,13 @@ func newCollector(src Sources) (*collector, error) {
 // and label sets at registration.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.decisions, c.peeks, c.resets, c.expired, c.evicted, c.buckets, c.queueDepth,
+		c.decisions, c.peeks, c.resets, c.expired, c.evicted, c.buckets,
 		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected,
 	} {
 		ch <- d
+	}
+	if c.src.QueueDepths != nil {
+		ch <- c.queueDepth
 	}
 	if c.src.Replication != nil {
 		for _, d := range []*prometheus.Desc{
@@ -199,7 +201,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 
-	st := c.src.Shards()
+	st := c.src.Buckets()
 	counter(c.decisions, float64(st.Allowed), "allowed")
 	counter(c.decisions, float64(st.Denied), "denied")
 	counter(c.peeks, float64(st.Peeks))
@@ -208,8 +210,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evicted, float64(st.Evicted))
 	gauge(c.buckets, float64(st.Buckets))
 
-	for i, n := range c.src.QueueDepths(nil) {
-		gauge(c.queueDepth, float64(n), strconv.Itoa(i))
+	if c.src.QueueDepths != nil {
+		for i, n := range c.src.QueueDepths(nil) {
+			gauge(c.queueDepth, float64(n), strconv.Itoa(i))
+		}
 	}
 
 	ss := c.src.Server()

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/resp"
-	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
@@ -22,8 +22,8 @@ var update = flag.Bool("update", false, "rewrite testdata/*.prom from the curren
 // that a value sent under the wrong name or label shows in a diff.
 func fakeSources(replication bool) Sources {
 	src := Sources{
-		Shards: func() shard.Stats {
-			return shard.Stats{Buckets: 42, Allowed: 1000, Denied: 250, Peeks: 7, Resets: 3, Expired: 99, QueueDepth: 5}
+		Buckets: func() decide.Stats {
+			return decide.Stats{Buckets: 42, Allowed: 1000, Denied: 250, Peeks: 7, Resets: 3, Expired: 99, QueueDepth: 5}
 		},
 		QueueDepths: func(dst []int) []int { return append(dst, 0, 3, 2, 0) },
 		Server:      fakeServerStats,
@@ -206,9 +206,8 @@ func TestLint(t *testing.T) {
 func TestNewRejectsMissingSources(t *testing.T) {
 	full := fakeSources(false)
 	for name, src := range map[string]Sources{
-		"Shards":      {QueueDepths: full.QueueDepths, Server: full.Server},
-		"QueueDepths": {Shards: full.Shards, Server: full.Server},
-		"Server":      {Shards: full.Shards, QueueDepths: full.QueueDepths},
+		"Buckets": {QueueDepths: full.QueueDepths, Server: full.Server},
+		"Server":  {Buckets: full.Buckets, QueueDepths: full.QueueDepths},
 	} {
 		if _, err := New(prometheus.NewRegistry(), src); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("without %s: err = %v, want one naming it", name, err)
@@ -277,7 +276,7 @@ func TestCollectCallsEachSourceOnce(t *testing.T) {
 	var shards, depths, server, repl int
 	full := fakeSources(true)
 	src := Sources{
-		Shards:      func() shard.Stats { shards++; return full.Shards() },
+		Buckets:     func() decide.Stats { shards++; return full.Buckets() },
 		QueueDepths: func(dst []int) []int { depths++; return full.QueueDepths(dst) },
 		Server:      func() resp.ServerStats { server++; return full.Server() },
 		Replication: func() ReplicationStats { repl++; return full.Replication() },

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redistest"
-	"github.com/bucketd/bucketd/internal/shard"
 )
 
 // benchKeys is how many keys the benchmarks spread over.
@@ -41,7 +41,7 @@ func BenchmarkStoreAcquireParallel(b *testing.B) {
 		c := s.NewCaller().(*Caller)
 		rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
 		for pb.Next() {
-			c.Add(shard.Op{Kind: shard.Acquire, Key: keys[rng.IntN(len(keys))], Limit: benchLimit, Cost: 1})
+			c.Add(decide.Request{Kind: decide.Acquire, Key: keys[rng.IntN(len(keys))], Limit: benchLimit, Cost: 1})
 			rs, err := c.Run()
 			if err != nil || !rs[0].Decision.Allowed {
 				b.Fatalf("acquire: %+v, %v (errors %d, degraded %d)", rs, err, s.Errors(), s.Degraded())

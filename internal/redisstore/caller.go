@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/decide"
 )
 
 // Caller gathers one connection's operations and has the store answer them
@@ -14,8 +14,8 @@ import (
 // owns one.
 type Caller struct {
 	s       *Store
-	ops     []shard.Op
-	results []shard.Result
+	ops     []decide.Request
+	results []decide.Answer
 	// deadline is when the operations must be answered, set by Run before
 	// the Caller is queued and read by the dispatcher and the workers.
 	deadline time.Time
@@ -26,32 +26,27 @@ type Caller struct {
 	local   int           // operations Run answered itself (not for Redis)
 }
 
-// Add queues op for the next Run. op.Key must stay valid until Run returns.
-func (c *Caller) Add(op shard.Op) { c.ops = append(c.ops, op) }
+// Add queues r for the next Run. r.Key must stay valid until Run returns.
+func (c *Caller) Add(r decide.Request) { c.ops = append(c.ops, r) }
 
 // Run has every operation added since the last Run answered, and returns
 // the results in the order the operations were added, within the store's
 // Timeout. The slice is valid until the next Run. After Close it returns
 // ErrClosed and no results.
-func (c *Caller) Run() ([]shard.Result, error) {
+func (c *Caller) Run() ([]decide.Answer, error) {
 	n := len(c.ops)
 	if cap(c.results) < n {
-		c.results = make([]shard.Result, n, max(n, 2*cap(c.results)))
+		c.results = make([]decide.Answer, n, max(n, 2*cap(c.results)))
 	}
 	c.results = c.results[:n]
 	if n == 0 {
 		return c.results, nil
 	}
-	// Operations Redis has no script for are answered here.
+	// CL.THROTTLE has no script on Redis: answered here.
 	c.local = 0
 	for i := range c.ops {
-		switch c.ops[i].Kind {
-		case shard.Acquire, shard.Peek, shard.Reset:
-		case shard.Throttle:
-			c.results[i] = shard.Result{Err: ErrReplyThrottle}
-			c.local++
-		default:
-			c.results[i] = shard.Result{Err: ErrReplyLoad}
+		if c.ops[i].Kind == decide.Throttle {
+			c.results[i] = decide.Answer{Err: decide.ErrUnsupported}
 			c.local++
 		}
 	}
@@ -97,7 +92,7 @@ func (s *Store) submit(c *Caller) error {
 
 // answer stores r as the result of operation i of c; the last answer of the
 // Run wakes it. Each operation must be answered exactly once.
-func (c *Caller) answer(i int32, r shard.Result) {
+func (c *Caller) answer(i int32, r decide.Answer) {
 	c.results[i] = r
 	if c.pending.Add(-1) == 0 {
 		c.done <- struct{}{}

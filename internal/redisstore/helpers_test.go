@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/decide"
 )
 
 // storeOptions are ClientOptions' settings (the address is the test's).
@@ -57,27 +57,27 @@ func loadScript(t testing.TB, s *Store) {
 	}
 }
 
-func acquireOp(key string, l bucket.Limit, cost float64) shard.Op {
-	return shard.Op{Kind: shard.Acquire, Key: []byte(key), Limit: l, Cost: cost}
+func acquireOp(key string, l bucket.Limit, cost float64) decide.Request {
+	return decide.Request{Kind: decide.Acquire, Key: []byte(key), Limit: l, Cost: cost}
 }
 
-func peekOp(key string, l bucket.Limit, cost float64) shard.Op {
-	return shard.Op{Kind: shard.Peek, Key: []byte(key), Limit: l, Cost: cost}
+func peekOp(key string, l bucket.Limit, cost float64) decide.Request {
+	return decide.Request{Kind: decide.Peek, Key: []byte(key), Limit: l, Cost: cost}
 }
 
-func resetOp(key string) shard.Op {
-	return shard.Op{Kind: shard.Reset, Key: []byte(key)}
+func resetOp(key string) decide.Request {
+	return decide.Request{Kind: decide.Reset, Key: []byte(key)}
 }
 
 // run1 runs one op on a new Caller of s and returns its result.
-func run1(t testing.TB, s *Store, op shard.Op) shard.Result {
+func run1(t testing.TB, s *Store, op decide.Request) decide.Answer {
 	t.Helper()
 	return runOps(t, s, op)[0]
 }
 
 // runOps runs ops in one Run of a new Caller and returns copies of the
 // results.
-func runOps(t testing.TB, s *Store, ops ...shard.Op) []shard.Result {
+func runOps(t testing.TB, s *Store, ops ...decide.Request) []decide.Answer {
 	t.Helper()
 	c := s.NewCaller()
 	for _, op := range ops {
@@ -87,7 +87,7 @@ func runOps(t testing.TB, s *Store, ops ...shard.Op) []shard.Result {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	return append([]shard.Result(nil), rs...)
+	return append([]decide.Answer(nil), rs...)
 }
 
 // storedState reads the bucket at key as the script stores it.

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/decide"
 )
 
 // The script, its SHA-1 and the ops as variables, so that commands can
@@ -72,9 +72,9 @@ type answerAt struct{ cmd, elem int32 }
 // ref is one operation in a pipe.
 type ref struct {
 	c    *Caller
-	i    int32      // index in c.ops and c.results
-	str  int32      // index of the prefixed key in pipe.strs; capacity, rate and cost follow it
-	kind shard.Kind // copied: c.ops is the connection's once answered
+	i    int32       // index in c.ops and c.results
+	str  int32       // index of the prefixed key in pipe.strs; capacity, rate and cost follow it
+	kind decide.Kind // copied: c.ops is the connection's once answered
 }
 
 // newPipe returns a pipe with the operations of c for Redis, with room for
@@ -91,8 +91,7 @@ func (p *pipe) add(c *Caller) {
 		p.deadline = c.deadline
 	}
 	for i := range c.ops {
-		switch k := c.ops[i].Kind; k {
-		case shard.Acquire, shard.Peek, shard.Reset:
+		if k := c.ops[i].Kind; k != decide.Throttle {
 			p.refs = append(p.refs, ref{c: c, i: int32(i), kind: k})
 		}
 	}
@@ -204,8 +203,8 @@ func (s *Store) expireCaller(c *Caller) {
 	n := 0
 	for i := range c.ops {
 		k := c.ops[i].Kind
-		if k != shard.Acquire && k != shard.Peek && k != shard.Reset {
-			continue
+		if k == decide.Throttle {
+			continue // answered by Run
 		}
 		s.count(k, s.failResult(k), true)
 		c.answer(int32(i), s.failResult(k))
@@ -230,16 +229,16 @@ func (s *Store) expirePipe(p *pipe) {
 }
 
 // failResult is the policy's answer to an operation Redis could not answer.
-func (s *Store) failResult(k shard.Kind) shard.Result {
-	if k == shard.Reset {
-		return shard.Result{Err: ErrReplyReset}
+func (s *Store) failResult(k decide.Kind) decide.Answer {
+	if k == decide.Reset {
+		return decide.Answer{Err: decide.ErrNotApplied}
 	}
 	return s.fail
 }
 
 // settle answers operation i of p with r, unless it has been answered
 // already; failed says r is the policy's. It reports whether it answered.
-func (s *Store) settle(p *pipe, i int, r shard.Result, failed bool) bool {
+func (s *Store) settle(p *pipe, i int, r decide.Answer, failed bool) bool {
 	if !p.answered[i].CompareAndSwap(0, 1) {
 		return false
 	}
@@ -250,26 +249,26 @@ func (s *Store) settle(p *pipe, i int, r shard.Result, failed bool) bool {
 }
 
 // count adds one answer to the counters.
-func (s *Store) count(k shard.Kind, r shard.Result, failed bool) {
+func (s *Store) count(k decide.Kind, r decide.Answer, failed bool) {
 	if failed {
 		s.errs.Add(1)
-		if k != shard.Reset {
+		if k != decide.Reset {
 			s.degraded.Add(1)
 		}
 	}
-	if r.Err != "" || r.WrongType {
+	if r.Err != nil {
 		return
 	}
 	switch k {
-	case shard.Acquire:
+	case decide.Acquire:
 		if r.Decision.Allowed {
 			s.allowed.Add(1)
 		} else {
 			s.denied.Add(1)
 		}
-	case shard.Peek:
+	case decide.Peek:
 		s.peeks.Add(1)
-	case shard.Reset:
+	case decide.Reset:
 		if r.Removed {
 			s.resets.Add(1)
 		}
@@ -385,7 +384,7 @@ func (w *worker) reload(ctx context.Context, p *pipe, idx []int, round int) (aga
 // outcome turns a command's reply (element elem of it for a batch, -1 for
 // the whole reply) into the operation's result, or the policy's result and
 // the error.
-func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd, elem int) (shard.Result, error) {
+func (s *Store) outcome(k decide.Kind, cmd *redis.Cmd, elem int) (decide.Answer, error) {
 	v, err := cmd.Val(), cmd.Err()
 	if err == nil && elem >= 0 {
 		if a, ok := v.([]any); ok && elem < len(a) {
@@ -396,25 +395,25 @@ func (s *Store) outcome(k shard.Kind, cmd *redis.Cmd, elem int) (shard.Result, e
 		}
 	}
 	if err != nil {
-		if k != shard.Reset && redis.HasErrorPrefix(err, "WRONGTYPE") {
+		if k != decide.Reset && redis.HasErrorPrefix(err, "WRONGTYPE") {
 			// The key holds something else than a bucket: the client's
 			// answer, not a Redis failure.
-			return shard.Result{WrongType: true}, nil
+			return decide.Answer{Err: decide.ErrWrongType}, nil
 		}
 		return s.failResult(k), err
 	}
-	if k == shard.Reset {
+	if k == decide.Reset {
 		n, err := cmd.Int64()
 		if err != nil {
 			return s.failResult(k), err
 		}
-		return shard.Result{Removed: n > 0}, nil
+		return decide.Answer{Removed: n > 0}, nil
 	}
 	d, err := bucket.ParseReply(v)
 	if err != nil {
 		return s.failResult(k), err
 	}
-	return shard.Result{Decision: d}, nil
+	return decide.Answer{Decision: d}, nil
 }
 
 func isNoScript(err error) bool {
@@ -437,7 +436,7 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 		w.arena = append(w.arena, prefix...)
 		w.arena = append(w.arena, op.Key...)
 		w.ends = append(w.ends, len(w.arena))
-		if r.kind == shard.Reset {
+		if r.kind == decide.Reset {
 			continue
 		}
 		// The formatting of bucket.AcquireArgs: the shortest decimal that
@@ -468,7 +467,7 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 	// ends a run, so every key sees its operations in order.
 	for j := 0; j < len(p.refs); {
 		end := j + 1
-		for end < len(p.refs) && end-j < per && p.refs[j].kind != shard.Reset && p.refs[end].kind != shard.Reset {
+		for end < len(p.refs) && end-j < per && p.refs[j].kind != decide.Reset && p.refs[end].kind != decide.Reset {
 			end++
 		}
 		cmd := int32(len(p.cmds))
@@ -502,8 +501,8 @@ func (p *pipe) batchCmd(ctx context.Context, j, end int) *redis.Cmd {
 }
 
 // opOf is the script's op for an operation kind.
-func opOf(k shard.Kind) *string {
-	if k == shard.Peek {
+func opOf(k decide.Kind) *string {
+	if k == decide.Peek {
 		return &opPeek
 	}
 	return &opAcquire
@@ -517,7 +516,7 @@ func (p *pipe) scriptCmd(ctx context.Context, i int, eval bool) *redis.Cmd {
 	r := &p.refs[i]
 	key := &p.strs[r.str]
 	start := len(p.args)
-	if r.kind == shard.Reset {
+	if r.kind == decide.Reset {
 		p.args = append(p.args, "del", key)
 		cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
 		cmd.SetFirstKeyPos(1)

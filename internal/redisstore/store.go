@@ -13,8 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/resp"
-	"github.com/bucketd/bucketd/internal/shard"
 )
 
 // Defaults of Config.
@@ -61,17 +62,6 @@ type Config struct {
 // ErrClosed is returned by Caller.Run after Close.
 var ErrClosed = errors.New("redisstore: store closed")
 
-// Error replies (shard.Result.Err) of the store.
-const (
-	// ErrReplyReset answers a TB.RESET whose DEL got no answer in time or an
-	// error: the key may or may not have been deleted.
-	ErrReplyReset = "ERR the Redis store did not answer: TB.RESET may not have been applied"
-	// ErrReplyThrottle answers CL.THROTTLE, which has no script on Redis.
-	ErrReplyThrottle = "ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE"
-	// ErrReplyLoad answers a shard.Load operation, which only memory mode has.
-	ErrReplyLoad = "ERR loading bucket state is not available in Redis store mode"
-)
-
 // FailOpenDecision is what TB.ACQUIRE and TB.PEEK answer with Config.FailOpen
 // set when Redis cannot answer: allowed, with the other three numbers 0
 // (WITHINFO replies 1 0 0 0). No tokens were counted anywhere.
@@ -92,7 +82,7 @@ type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for a standalone Redis
 	log     *slog.Logger
-	fail    shard.Result  // the policy's answer to acquire and peek
+	fail    decide.Answer // the policy's answer to acquire and peek
 	grace   time.Duration // how long after the deadline the timer steps in
 
 	mu     sync.RWMutex // closed vs. sends on queue; held shared per Run
@@ -249,9 +239,6 @@ func (s *Store) NewCaller() resp.Caller {
 	return &Caller{s: s, done: make(chan struct{}, 1)}
 }
 
-// ShardCount returns 0: Redis holds the buckets, bucketd has no shards.
-func (s *Store) ShardCount() int { return 0 }
-
 // Stats returns the store's counters. Allowed and Denied count the answers
 // clients got, including those of the fail-open or fail-closed policy
 // (Degraded counts those separately); Resets counts keys TB.RESET deleted.
@@ -260,7 +247,7 @@ func (s *Store) ShardCount() int { return 0 }
 // refreshed in the background at most once a second: calling Stats asks for
 // a refresh and returns the last count. QueueDepth is the number of
 // connections whose operations wait for the dispatcher.
-func (s *Store) Stats() shard.Stats {
+func (s *Store) Stats() decide.Stats {
 	now := time.Since(s.epoch).Nanoseconds()
 	if last := s.lastRefresh.Load(); last < 0 || now-last >= int64(time.Second) {
 		select {
@@ -268,7 +255,7 @@ func (s *Store) Stats() shard.Stats {
 		default: // a refresh is pending already
 		}
 	}
-	return shard.Stats{
+	return decide.Stats{
 		Buckets:    s.buckets.Load(),
 		Allowed:    s.allowed.Load(),
 		Denied:     s.denied.Load(),
@@ -293,6 +280,23 @@ func (s *Store) Degraded() int64 { return s.degraded.Load() }
 // (EVAL) after a NOSCRIPT reply: about once per Redis node after a restart
 // or failover.
 func (s *Store) ScriptLoads() int64 { return s.scriptLoads.Load() }
+
+// Info returns the "# Store" section of INFO.
+func (s *Store) Info() info.Section {
+	policy := "deny"
+	if s.cfg.FailOpen {
+		policy = "allow"
+	}
+	return info.Section{Title: "Store", Fields: []info.Field{
+		info.Text("bucketd_mode", "store"),
+		info.Text("store_prefix", s.cfg.Prefix),
+		info.Int("store_timeout_ms", s.cfg.Timeout.Milliseconds()),
+		info.Text("store_on_redis_error", policy),
+		info.Int("store_redis_errors_total", s.Errors()),
+		info.Int("store_degraded_decisions_total", s.Degraded()),
+		info.Int("store_script_loads_total", s.ScriptLoads()),
+	}}
+}
 
 // Close stops taking operations, lets the queued ones be answered (each
 // within its timeout), and stops the store's goroutines. Caller.Run then

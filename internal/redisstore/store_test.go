@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redistest"
-	"github.com/bucketd/bucketd/internal/shard"
 )
 
 // Tests without Redis.
@@ -156,7 +156,7 @@ func testCommandArgs(t *testing.T, cluster bool) {
 		}
 	}
 	flush()
-	c.Add(shard.Op{Kind: shard.Throttle, Key: []byte("not sent")})
+	c.Add(decide.Request{Kind: decide.Throttle, Key: []byte("not sent")})
 	p := &pipe{}
 	p.add(c)
 	w.build(context.Background(), p)
@@ -215,7 +215,7 @@ func TestSingleStore(t *testing.T) {
 	exists := false
 	for i := range 13 {
 		r := run1(t, s, acquireOp(key, l, 1))
-		if r.Err != "" || r.WrongType {
+		if r.Err != nil {
 			t.Fatalf("acquire %d: %+v", i, r)
 		}
 		got, ok := storedState(t, rdb, stored)
@@ -300,14 +300,14 @@ func TestSingleStore(t *testing.T) {
 	if err := rdb.Set(ctx, "tb:str", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rs = runOps(t, s, shard.Op{Kind: shard.Throttle, Key: []byte("x")}, acquireOp("str", l, 1), shard.Op{Kind: shard.Load, Key: []byte("y")})
-	if rs[0].Err != ErrReplyThrottle || !rs[1].WrongType || rs[2].Err != ErrReplyLoad {
-		t.Fatalf("throttle, wrong type, load: %+v", rs)
+	rs = runOps(t, s, decide.Request{Kind: decide.Throttle, Key: []byte("x")}, acquireOp("str", l, 1))
+	if rs[0].Err != decide.ErrUnsupported || rs[1].Err != decide.ErrWrongType {
+		t.Fatalf("throttle, wrong type: %+v", rs)
 	}
 	// In one batch command, the wrong type answers for its own operations
 	// only.
 	rs = runOps(t, s, acquireOp("a", l, 1), acquireOp("str", l, 1), peekOp("str", l, 1), acquireOp("a", l, 2))
-	if rs[0].Decision.Remaining != 9 || !rs[1].WrongType || !rs[2].WrongType || rs[3].Decision.Remaining != 7 {
+	if rs[0].Decision.Remaining != 9 || rs[1].Err != decide.ErrWrongType || rs[2].Err != decide.ErrWrongType || rs[3].Decision.Remaining != 7 {
 		t.Fatalf("batch around a wrong type: %+v", rs)
 	}
 	if n, _ := rdb.Exists(ctx, "tb:a").Result(); n != 1 {
@@ -324,8 +324,8 @@ func TestSingleStore(t *testing.T) {
 	}
 	// DBSIZE: tb:user:1 and tb:str.
 	eventually(t, 5*time.Second, "Stats().Buckets == 2", func() bool { return s.Stats().Buckets == 2 })
-	if s.ShardCount() != 0 {
-		t.Fatalf("ShardCount %d, want 0", s.ShardCount())
+	if st := s.Stats(); st.Shards != 0 || st.TableBytes != 0 {
+		t.Fatalf("stats %+v, want no shards and no tables", st)
 	}
 }
 
@@ -420,7 +420,7 @@ func burst(t *testing.T, stores []*Store, goroutines, n int, key string, l bucke
 					rs, err := c.Run()
 					mu.Lock()
 					switch {
-					case err != nil || rs[0].Err != "":
+					case err != nil || rs[0].Err != nil:
 						failed++
 					case rs[0].Decision.Allowed:
 						allowed++
@@ -454,7 +454,7 @@ func TestTwoStoresShareLimits(t *testing.T) {
 	if got := burst(t, stores, 25, capacity, "shared", l); got != capacity {
 		t.Fatalf("%d of %d acquires allowed, want exactly %d", got, 2*capacity, capacity)
 	}
-	var sum shard.Stats
+	var sum decide.Stats
 	for _, s := range stores {
 		st := s.Stats()
 		sum.Allowed += st.Allowed
@@ -575,7 +575,7 @@ type timing struct {
 
 // timedAcquires runs n acquires of key through s from goroutines
 // goroutines and returns the timing and every result.
-func timedAcquires(t *testing.T, s *Store, goroutines, n int, key string) (timing, []shard.Result) {
+func timedAcquires(t *testing.T, s *Store, goroutines, n int, key string) (timing, []decide.Answer) {
 	t.Helper()
 	stop, stall := make(chan struct{}), make(chan time.Duration)
 	go func() {
@@ -595,7 +595,7 @@ func timedAcquires(t *testing.T, s *Store, goroutines, n int, key string) (timin
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 	var mu sync.Mutex
 	var tm timing
-	var results []shard.Result
+	var results []decide.Answer
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Add(1)
@@ -628,10 +628,10 @@ func timedAcquires(t *testing.T, s *Store, goroutines, n int, key string) (timin
 // answer came within the bound, plus twice the machine's worst stall (an
 // answer needs two goroutines to wake up in time: the one that answers and
 // the caller). On an idle machine the stall is about 0.
-func checkDegraded(t *testing.T, what string, s *Store, tm timing, rs []shard.Result, want bucket.Decision) {
+func checkDegraded(t *testing.T, what string, s *Store, tm timing, rs []decide.Answer, want bucket.Decision) {
 	t.Helper()
 	for _, r := range rs {
-		if r.Decision != want || r.Err != "" {
+		if r.Decision != want || r.Err != nil {
 			t.Fatalf("%s: %+v, want %+v", what, r, want)
 		}
 	}
@@ -663,8 +663,8 @@ func TestRedisUnreachable(t *testing.T) {
 			}
 			start := time.Now()
 			r := run1(t, s, resetOp("k"))
-			if r.Err != ErrReplyReset || time.Since(start) > failureBound(s.cfg.Timeout) {
-				t.Fatalf("reset: %+v after %v, want %q within the bound", r, time.Since(start), ErrReplyReset)
+			if r.Err != decide.ErrNotApplied || time.Since(start) > failureBound(s.cfg.Timeout) {
+				t.Fatalf("reset: %+v after %v, want %v within the bound", r, time.Since(start), decide.ErrNotApplied)
 			}
 			if st := s.Stats(); (failOpen && st.Allowed != int64(len(rs))) || (!failOpen && st.Denied != int64(len(rs))) {
 				t.Fatalf("stats %+v: the policy's answers should be counted as given", st)

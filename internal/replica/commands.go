@@ -39,9 +39,8 @@ type encoder struct {
 
 // commands returns the arguments of the script calls that write changes,
 // per changes to a call, as EVAL (with the script) or EVALSHA. Every
-// change's ARGV are what bucket.PutArgs or bucket.DelArgs return, with ts
-// moved by offset to Unix time.
-func (e *encoder) commands(prefix string, offset int64, changes []shard.Change, per int, useEval bool) [][]any {
+// change's ARGV are what bucket.PutArgs or bucket.DelArgs return.
+func (e *encoder) commands(prefix string, changes []shard.Change, per int, useEval bool) [][]any {
 	e.buf, e.ends = e.buf[:0], e.ends[:0]
 	// For each change, the index in strs of its key, capacity, rate, ts
 	// and tokens (a deletion: key and ts). Changes with the limit of the
@@ -61,7 +60,7 @@ func (e *encoder) commands(prefix string, offset int64, changes []shard.Change, 
 		e.buf = append(e.buf, c.Key...)
 		at[i][0] = add()
 		if c.Deleted {
-			e.buf = strconv.AppendInt(e.buf, c.At+offset, 10)
+			e.buf = strconv.AppendInt(e.buf, c.At, 10)
 			at[i][3] = add()
 			continue
 		}
@@ -75,7 +74,7 @@ func (e *encoder) commands(prefix string, offset int64, changes []shard.Change, 
 			last = c.Limit
 		}
 		at[i][1], at[i][2] = limitAt[0], limitAt[1]
-		e.buf = strconv.AppendInt(e.buf, c.State.Last+offset, 10)
+		e.buf = strconv.AppendInt(e.buf, c.State.Last, 10)
 		at[i][3] = add()
 		e.buf = strconv.AppendFloat(e.buf, c.State.Tokens, 'g', -1, 64)
 		at[i][4] = add()

@@ -12,8 +12,8 @@ import (
 )
 
 // TestEncoderMatchesScriptArgs: the commands carry the prefixed keys and
-// exactly the ARGV of bucket.PutArgs and bucket.DelArgs (ts moved by the
-// offset), batchKeys changes per call or one per call, as EVALSHA or EVAL.
+// exactly the ARGV of bucket.PutArgs and bucket.DelArgs,
+// batchKeys changes per call or one per call, as EVALSHA or EVAL.
 func TestEncoderMatchesScriptArgs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	num := func() float64 {
@@ -27,7 +27,6 @@ func TestEncoderMatchesScriptArgs(t *testing.T) {
 		}
 		return 1.0 / float64(1+rng.IntN(7))
 	}
-	const offset = 1_700_000_000_000_000
 	changes := make([]shard.Change, 150)
 	for i := range changes {
 		c := &changes[i]
@@ -46,7 +45,7 @@ func TestEncoderMatchesScriptArgs(t *testing.T) {
 	var e encoder
 	for _, per := range []int{batchKeys, 1} {
 		for _, useEval := range []bool{false, true} {
-			cmds := e.commands("tb:", offset, changes, per, useEval)
+			cmds := e.commands("tb:", changes, per, useEval)
 			if want := (len(changes) + per - 1) / per; len(cmds) != want {
 				t.Fatalf("per %d: %d commands, want %d", per, len(cmds), want)
 			}
@@ -60,10 +59,9 @@ func TestEncoderMatchesScriptArgs(t *testing.T) {
 				for _, c := range chunk {
 					want = append(want, "tb:"+c.Key)
 					if c.Deleted {
-						argv = append(argv, bucket.DelArgs(c.At+offset)...)
+						argv = append(argv, bucket.DelArgs(c.At)...)
 					} else {
 						st := c.State
-						st.Last += offset
 						argv = append(argv, bucket.PutArgs(c.Limit, st)...)
 					}
 				}

@@ -30,25 +30,22 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/redis/go-redis/v9"
 )
 
 // Config sets up a Replicator. Zero values pick the defaults in parentheses.
 type Config struct {
-	Client redis.UniversalClient // where the copy lives; create it with MaxRetries: -1
-	Group  *shard.Group          // with TrackChanges > 0
-	Prefix string                // put before every key in Redis ("tb:")
-	// OffsetMicros turns the shards' clock into Unix microseconds:
-	// unix = shard time + OffsetMicros. Redis stores Unix time so that
-	// other programs and restarted processes can read it.
-	OffsetMicros int64
-	Interval     time.Duration // between collections (10ms)
-	Batch        int           // changes per pipeline (1024)
-	Timeout      time.Duration // for one pipeline (2s)
-	Capacity     int           // the tracking capacity, for Stats (0)
-	RestartCheck time.Duration // how often Redis's run_id is compared, to notice a restart (5s)
-	Logger       *slog.Logger  // (slog.Default())
+	Client       redis.UniversalClient // where the copy lives; create it with MaxRetries: -1
+	Group        *shard.Group          // with TrackChanges > 0
+	Prefix       string                // put before every key in Redis ("tb:")
+	Interval     time.Duration         // between collections (10ms)
+	Batch        int                   // changes per pipeline (1024)
+	Timeout      time.Duration         // for one pipeline (2s)
+	Capacity     int                   // the tracking capacity, for Stats (0)
+	RestartCheck time.Duration         // how often Redis's run_id is compared, to notice a restart (5s)
+	Logger       *slog.Logger          // (slog.Default())
 	// Fence, when set, kills connections abandoned on a failed write
 	// before anything newer is written (see Fence); its OnConnect must be
 	// the client's. Without it, or where Redis forbids CLIENT, failed
@@ -284,7 +281,7 @@ func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 	}
 	run := func(useEval bool) ([]redis.Cmder, error) {
 		return r.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, args := range r.enc.commands(r.cfg.Prefix, r.cfg.OffsetMicros, changes, per, useEval) {
+			for _, args := range r.enc.commands(r.cfg.Prefix, changes, per, useEval) {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetFirstKeyPos(3)
 				_ = p.Process(ctx, cmd) // only queues; never fails
@@ -416,6 +413,22 @@ func (r *Replicator) Stats() Stats {
 	}
 }
 
+// Info returns the "# Replication" section of INFO.
+func (r *Replicator) Info() info.Section {
+	st := r.Stats()
+	return info.Section{Title: "Replication", Fields: []info.Field{
+		info.Text("bucketd_mode", "replicate"),
+		info.Text("replicate_prefix", r.cfg.Prefix),
+		info.Int("replicate_queue_depth", st.QueueDepth),
+		info.Int("replicate_queue_capacity", st.QueueCapacity),
+		info.Seconds("replicate_lag_seconds", st.LagSeconds),
+		info.Int("replicate_applied_total", st.Applied),
+		info.Int("replicate_dropped_total", st.Dropped),
+		info.Int("replicate_errors_total", st.RedisErrors),
+		info.Int("replicate_resyncs_total", st.Resyncs),
+	}}
+}
+
 // LoadLater makes Run retry Load until it succeeds: for a start-up load that
 // failed because Redis was down. Load never overwrites a key decided since
 // the start, so a late load only fills in keys nobody asked about yet.
@@ -426,19 +439,19 @@ func (r *Replicator) LoadLater() { r.loadLater.Store(true) }
 // the check, so a state memory writes after the check is never removed.
 func (r *Replicator) reconcile(ctx context.Context) error {
 	return r.scanKeys(ctx, func(ctx context.Context, c redis.UniversalClient, keys []string) error {
-		caller := r.cfg.Group.NewCaller()
-		for _, k := range keys {
-			caller.Add(shard.Op{Kind: shard.Exists, Key: []byte(strings.TrimPrefix(k, r.cfg.Prefix))})
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = strings.TrimPrefix(k, r.cfg.Prefix)
 		}
 		checked := time.Now().UnixMicro() - 1
-		res, err := caller.Run()
+		live, err := r.cfg.Group.Live(names)
 		if err != nil {
 			return err
 		}
 		var stale []shard.Change
-		for i, k := range keys {
-			if !res[i].Exists {
-				stale = append(stale, shard.Change{Key: strings.TrimPrefix(k, r.cfg.Prefix), Deleted: true, At: checked - r.cfg.OffsetMicros})
+		for i, name := range names {
+			if !live[i] {
+				stale = append(stale, shard.Change{Key: name, Deleted: true, At: checked})
 			}
 		}
 		if len(stale) == 0 {
@@ -519,8 +532,7 @@ func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
-	caller := r.cfg.Group.NewCaller()
-	n := 0
+	recs := make([]shard.Record, 0, len(keys))
 	for i, k := range keys {
 		vals, err1 := cmds[2*i].(*redis.SliceCmd).Result()
 		pttl, err2 := cmds[2*i+1].(*redis.DurationCmd).Result()
@@ -532,22 +544,15 @@ func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys
 		if !ok1 || !ok2 {
 			continue
 		}
-		last := ts - r.cfg.OffsetMicros
-		nowMono := now.UnixMicro() - r.cfg.OffsetMicros
-		sinceLast := math.Max(float64(nowMono-last)/1e6, 0)
+		sinceLast := math.Max(float64(now.UnixMicro()-ts)/1e6, 0)
 		untilFull := sinceLast + pttl.Seconds()
-		caller.Add(shard.Op{
-			Kind:  shard.Load,
-			Key:   []byte(strings.TrimPrefix(k, r.cfg.Prefix)),
-			State: bucket.State{Tokens: tokens, Last: last},
+		recs = append(recs, shard.Record{
+			Key:   strings.TrimPrefix(k, r.cfg.Prefix),
+			State: bucket.State{Tokens: tokens, Last: ts},
 			Limit: bucket.Limit{Capacity: tokens + 1, Rate: 1 / untilFull},
 		})
-		n++
 	}
-	if _, err := caller.Run(); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return r.cfg.Group.Restore(recs)
 }
 
 func parseFloat(v any) (float64, bool) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redistest"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -20,21 +21,18 @@ type fixture struct {
 	group  *shard.Group
 	rep    *replica.Replicator
 	client *redis.Client
-	offset int64
 }
 
 func newFixture(t *testing.T, srv *redistest.Server, capacity int) *fixture {
 	t.Helper()
-	clock := shard.MonotonicClock()
-	group := shard.New(shard.Config{Shards: 4, Clock: clock, TrackChanges: capacity})
+	group := shard.New(shard.Config{Shards: 4, TrackChanges: capacity})
 	t.Cleanup(group.Close)
 	client := srv.Client(&redis.Options{MaxRetries: -1, ContextTimeoutEnabled: true})
-	offset := time.Now().UnixMicro() - clock()
-	rep, err := replica.New(replica.Config{Client: client, Group: group, Prefix: "tb:", OffsetMicros: offset, Capacity: capacity, Timeout: 500 * time.Millisecond})
+	rep, err := replica.New(replica.Config{Client: client, Group: group, Prefix: "tb:", Capacity: capacity, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{group: group, rep: rep, client: client, offset: offset}
+	return &fixture{group: group, rep: rep, client: client}
 }
 
 // memoryState dumps every live bucket of the group, through TrackAll and
@@ -54,7 +52,7 @@ func (f *fixture) memoryState(t *testing.T) map[string]bucket.State {
 			if len(ch) == 0 {
 				break
 			}
-			now := time.Now().UnixMicro() - f.offset
+			now := time.Now().UnixMicro()
 			for _, c := range ch {
 				// A bucket that refilled but was not swept yet is, for
 				// Redis, an expired key: compare only the ones not full.
@@ -67,7 +65,7 @@ func (f *fixture) memoryState(t *testing.T) map[string]bucket.State {
 	return out
 }
 
-// redisState reads every bucket under tb: back, with ts on the shard clock.
+// redisState reads every bucket under tb: back.
 func (f *fixture) redisState(t *testing.T) map[string]bucket.State {
 	t.Helper()
 	ctx := context.Background()
@@ -93,7 +91,7 @@ func (f *fixture) redisState(t *testing.T) map[string]bucket.State {
 		if pttl < 50*time.Millisecond {
 			continue // about to expire: memory may already have swept it as full
 		}
-		out[k[len("tb:"):]] = bucket.State{Tokens: tokens, Last: ts - f.offset}
+		out[k[len("tb:"):]] = bucket.State{Tokens: tokens, Last: ts}
 	}
 	return out
 }
@@ -130,11 +128,11 @@ func drive(t *testing.T, g *shard.Group, rng *rand.Rand, n int) {
 		lim := bucket.Limit{Capacity: float64(1 + rng.IntN(20)), Rate: []float64{0.001, 0.5, 3}[rng.IntN(3)]}
 		switch r := rng.IntN(10); {
 		case r < 7:
-			c.Add(shard.Op{Kind: shard.Acquire, Key: key, Limit: lim, Cost: float64(rng.IntN(4))})
+			c.Add(decide.Request{Kind: decide.Acquire, Key: key, Limit: lim, Cost: float64(rng.IntN(4))})
 		case r < 9:
-			c.Add(shard.Op{Kind: shard.Peek, Key: key, Limit: lim, Cost: 1})
+			c.Add(decide.Request{Kind: decide.Peek, Key: key, Limit: lim, Cost: 1})
 		default:
-			c.Add(shard.Op{Kind: shard.Reset, Key: key})
+			c.Add(decide.Request{Kind: decide.Reset, Key: key})
 		}
 		if i%16 == 15 {
 			if _, err := c.Run(); err != nil {
@@ -178,7 +176,7 @@ func TestKeyOfAnotherTypeDoesNotStallReplication(t *testing.T) {
 	c := f.group.NewCaller()
 	lim := bucket.Limit{Capacity: 10, Rate: 0.001}
 	for i := range 200 {
-		c.Add(shard.Op{Kind: shard.Acquire, Key: []byte(fmt.Sprint("k", i)), Limit: lim, Cost: 3})
+		c.Add(decide.Request{Kind: decide.Acquire, Key: []byte(fmt.Sprint("k", i)), Limit: lim, Cost: 3})
 	}
 	if _, err := c.Run(); err != nil {
 		t.Fatal(err)
@@ -203,7 +201,7 @@ func TestRestartLoadsDrainedKeys(t *testing.T) {
 	ctx := context.Background()
 	first := newFixture(t, srv, 1024)
 	c := first.group.NewCaller()
-	c.Add(shard.Op{Kind: shard.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 5})
+	c.Add(decide.Request{Kind: decide.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 5})
 	if _, err := c.Run(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +215,7 @@ func TestRestartLoadsDrainedKeys(t *testing.T) {
 		t.Fatalf("loaded %d, %v", n, err)
 	}
 	c2 := second.group.NewCaller()
-	c2.Add(shard.Op{Kind: shard.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 1})
+	c2.Add(decide.Request{Kind: decide.Acquire, Key: []byte("drained"), Limit: bucket.Limit{Capacity: 5, Rate: 0.01}, Cost: 1})
 	res, err := c2.Run()
 	if err != nil {
 		t.Fatal(err)
@@ -260,9 +258,9 @@ func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
 		decisions++
 		t0 := time.Now()
 		if i%7 == 0 {
-			c.Add(shard.Op{Kind: shard.Reset, Key: []byte(fmt.Sprint("k", i%300))})
+			c.Add(decide.Request{Kind: decide.Reset, Key: []byte(fmt.Sprint("k", i%300))})
 		} else {
-			c.Add(shard.Op{Kind: shard.Acquire, Key: []byte(fmt.Sprint("p", i%500)), Limit: bucket.Limit{Capacity: 10, Rate: 1}, Cost: 1})
+			c.Add(decide.Request{Kind: decide.Acquire, Key: []byte(fmt.Sprint("p", i%500)), Limit: bucket.Limit{Capacity: 10, Rate: 1}, Cost: 1})
 		}
 		if _, err := c.Run(); err != nil {
 			t.Fatal(err)
@@ -306,17 +304,15 @@ func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
 // the whole state again, even for keys that do not change afterwards.
 func TestRedisRestartWithoutDataIsRefilled(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := shard.MonotonicClock()
-	group := shard.New(shard.Config{Shards: 2, Clock: clock, TrackChanges: 1024})
+	group := shard.New(shard.Config{Shards: 2, TrackChanges: 1024})
 	t.Cleanup(group.Close)
-	offset := time.Now().UnixMicro() - clock()
 	rep, err := replica.New(replica.Config{Client: srv.Client(&redis.Options{MaxRetries: -1}), Group: group,
-		OffsetMicros: offset, RestartCheck: 50 * time.Millisecond, Timeout: 500 * time.Millisecond})
+		RestartCheck: 50 * time.Millisecond, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := group.NewCaller()
-	c.Add(shard.Op{Kind: shard.Acquire, Key: []byte("quiet"), Limit: bucket.Limit{Capacity: 5, Rate: 0.001}, Cost: 5})
+	c.Add(decide.Request{Kind: decide.Acquire, Key: []byte("quiet"), Limit: bucket.Limit{Capacity: 5, Rate: 0.001}, Cost: 5})
 	if _, err := c.Run(); err != nil {
 		t.Fatal(err)
 	}
@@ -343,8 +339,7 @@ func TestRedisRestartWithoutDataIsRefilled(t *testing.T) {
 func lateWriteSetup(t *testing.T, srv *redistest.Server, fence *replica.Fence) *fixture {
 	t.Helper()
 	proxy := redistest.StartProxy(t, srv.Addr)
-	clock := shard.MonotonicClock()
-	group := shard.New(shard.Config{Shards: 1, Clock: clock, TrackChanges: 1024})
+	group := shard.New(shard.Config{Shards: 1, TrackChanges: 1024})
 	t.Cleanup(group.Close)
 	opts := &redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true}
 	if fence != nil {
@@ -352,16 +347,15 @@ func lateWriteSetup(t *testing.T, srv *redistest.Server, fence *replica.Fence) *
 	}
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	offset := time.Now().UnixMicro() - clock()
 	rep, err := replica.New(replica.Config{Client: client, Group: group, Prefix: "tb:",
-		OffsetMicros: offset, Capacity: 1024, Timeout: 200 * time.Millisecond, Fence: fence})
+		Capacity: 1024, Timeout: 200 * time.Millisecond, Fence: fence})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{group: group, rep: rep, client: srv.Client(), offset: offset}
+	f := &fixture{group: group, rep: rep, client: srv.Client()}
 	ctx := context.Background()
 	c := group.NewCaller()
-	run := func(op shard.Op) {
+	run := func(op decide.Request) {
 		t.Helper()
 		c.Add(op)
 		if _, err := c.Run(); err != nil {
@@ -369,17 +363,17 @@ func lateWriteSetup(t *testing.T, srv *redistest.Server, fence *replica.Fence) *
 		}
 	}
 	lim := bucket.Limit{Capacity: 10, Rate: 0.001}
-	run(shard.Op{Kind: shard.Acquire, Key: []byte("k"), Limit: lim, Cost: 3})
+	run(decide.Request{Kind: decide.Acquire, Key: []byte("k"), Limit: lim, Cost: 3})
 	if err := rep.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetDelay(1500 * time.Millisecond)
-	run(shard.Op{Kind: shard.Acquire, Key: []byte("k"), Limit: lim, Cost: 3})
+	run(decide.Request{Kind: decide.Acquire, Key: []byte("k"), Limit: lim, Cost: 3})
 	if err := rep.Flush(ctx); err == nil {
 		t.Fatal("a write held 1.5 s by the proxy succeeded within the 200 ms timeout")
 	}
 	proxy.SetDelay(0)
-	run(shard.Op{Kind: shard.Reset, Key: []byte("k")})
+	run(decide.Request{Kind: decide.Reset, Key: []byte("k")})
 	if err := rep.Flush(ctx); err != nil { // the retried put, then the deletion
 		t.Fatal(err)
 	}

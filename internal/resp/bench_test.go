@@ -6,25 +6,25 @@ import (
 	"testing"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/tidwall/redcon"
 )
 
 // inlineCaller answers ops on the spot with the bucket math, no shards and
 // no goroutine hop: it isolates parsing and reply writing.
 type inlineCaller struct {
-	ops     []shard.Op
-	results []shard.Result
+	ops     []decide.Request
+	results []decide.Answer
 	state   bucket.State
 }
 
-func (c *inlineCaller) Add(op shard.Op) { c.ops = append(c.ops, op) }
-func (c *inlineCaller) Run() ([]shard.Result, error) {
+func (c *inlineCaller) Add(op decide.Request) { c.ops = append(c.ops, op) }
+func (c *inlineCaller) Run() ([]decide.Answer, error) {
 	c.results = c.results[:0]
 	for _, op := range c.ops {
 		var d bucket.Decision
 		c.state, d = bucket.Acquire(c.state, true, op.Limit, op.Cost, c.state.Last+1)
-		c.results = append(c.results, shard.Result{Decision: d})
+		c.results = append(c.results, decide.Answer{Decision: d})
 	}
 	c.ops = c.ops[:0]
 	return c.results, nil
@@ -32,10 +32,9 @@ func (c *inlineCaller) Run() ([]shard.Result, error) {
 
 type inlineLimiter struct{ caller *inlineCaller }
 
-func (l inlineLimiter) NewCaller() Caller  { return l.caller }
-func (l inlineLimiter) Stats() shard.Stats { return shard.Stats{} }
-func (l inlineLimiter) ShardCount() int    { return 1 }
-func newInlineLimiter() inlineLimiter      { return inlineLimiter{&inlineCaller{}} }
+func (l inlineLimiter) NewCaller() Caller   { return l.caller }
+func (l inlineLimiter) Stats() decide.Stats { return decide.Stats{Shards: 1} }
+func newInlineLimiter() inlineLimiter       { return inlineLimiter{&inlineCaller{}} }
 
 // bufConn is the part of redcon.Conn the handler uses, writing replies into
 // a reusable buffer the way redcon's own Writer does.

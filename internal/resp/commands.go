@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/bucketd/bucketd/internal/gcfloor"
+	"github.com/bucketd/bucketd/internal/info"
 )
 
 type cmdID uint8
@@ -476,7 +477,7 @@ func (s *Server) info(sections [][]byte) []byte {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		section("Memory")
-		tables := s.cfg.Limiter.Stats().TableBytes    // mapped outside the Go heap
+		tables := st.TableBytes                       // mapped outside the Go heap
 		heap := int64(ms.HeapAlloc) - gcfloor.Bytes() // the GC ballast is never touched: not data
 		field("used_memory", heap+tables)
 		field("used_memory_heap", heap)
@@ -509,18 +510,15 @@ func (s *Server) info(sections [][]byte) []byte {
 		field("reset_removed_total", st.Resets)
 		field("expired_total", st.Expired)
 		field("evicted_total", st.Evicted)
-		field("shards", int64(s.cfg.Limiter.ShardCount()))
+		field("shards", st.Shards)
 		field("shard_queue_depth", st.QueueDepth)
 	}
-	if s.cfg.ExtraInfo != nil {
-		for _, sec := range s.cfg.ExtraInfo() {
-			if !want(strings.ToLower(sec.Title)) {
-				continue
+	for _, section := range s.cfg.Info {
+		if sec := section(); want(strings.ToLower(sec.Title)) {
+			if len(b) > 0 {
+				b = append(b, '\r', '\n')
 			}
-			section(sec.Title)
-			for _, f := range sec.Fields {
-				text(f.Name, f.Value)
-			}
+			b = info.Append(b, sec)
 		}
 	}
 	if want("keyspace") {

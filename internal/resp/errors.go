@@ -1,5 +1,11 @@
 package resp
 
+import (
+	"errors"
+
+	"github.com/bucketd/bucketd/internal/decide"
+)
+
 // Error replies, built once. Every message names the problem; the ones with
 // a fixed text are constants so that a bad request costs no allocation.
 const (
@@ -59,4 +65,29 @@ func appendErrorLine(dst []byte, msg string) []byte {
 		dst = append(dst, c)
 	}
 	return append(dst, '\r', '\n')
+}
+
+// Replies to the errors a store's answer can carry.
+const (
+	errNotApplied       = "ERR the Redis store did not answer: TB.RESET may not have been applied"
+	errThrottleNotStore = "ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE"
+)
+
+// answerError returns the reply and error kind for the first error among
+// one command's answers, or "" when there is none.
+func answerError(answers []decide.Answer) (string, ErrorKind) {
+	for i := range answers {
+		switch err := answers[i].Err; {
+		case err == nil:
+		case errors.Is(err, decide.ErrWrongType):
+			return errWrongType, ErrInvalidArg
+		case errors.Is(err, decide.ErrNotApplied):
+			return errNotApplied, ErrUnavailable
+		case errors.Is(err, decide.ErrUnsupported):
+			return errThrottleNotStore, ErrUnavailable
+		default:
+			return "ERR " + err.Error(), ErrUnavailable
+		}
+	}
+	return "", 0
 }

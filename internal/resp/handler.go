@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/tidwall/redcon"
 )
 
@@ -129,7 +129,7 @@ func (s *Server) planAcquire(sess *session, args [][]byte) {
 		sess.fail(errSyntax)
 		return
 	}
-	op.Kind = shard.Acquire
+	op.Kind = decide.Acquire
 	sess.caller.Add(op)
 	kind := planAcquire
 	if withInfo {
@@ -156,7 +156,7 @@ func (s *Server) planPeek(sess *session, args [][]byte) {
 			return
 		}
 	}
-	op.Kind = shard.Peek
+	op.Kind = decide.Peek
 	sess.caller.Add(op)
 	sess.plan = append(sess.plan, planned{kind: planPeek, ops: 1})
 }
@@ -176,7 +176,7 @@ func (s *Server) planReset(sess *session, args [][]byte) {
 		}
 	}
 	for _, k := range keys {
-		sess.caller.Add(shard.Op{Kind: shard.Reset, Key: k})
+		sess.caller.Add(decide.Request{Kind: decide.Reset, Key: k})
 	}
 	sess.plan = append(sess.plan, planned{kind: planReset, ops: int32(len(keys))})
 }
@@ -184,8 +184,8 @@ func (s *Server) planReset(sess *session, args [][]byte) {
 // parseBucketArgs checks key, capacity and rate (or POLICY name), the
 // arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or ""
 // when all are valid.
-func (s *Server) parseBucketArgs(sess *session, args [][]byte) (shard.Op, string) {
-	var op shard.Op
+func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, string) {
+	var op decide.Request
 	op.Key = args[1]
 	if len(op.Key) > s.cfg.MaxKeyBytes {
 		return op, errKeyTooLong
@@ -260,14 +260,9 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 		}
 		rs := results[next : next+int(p.ops)]
 		next += int(p.ops)
-		if e := firstErr(rs); e != "" {
-			sess.tally.error(ErrUnavailable)
-			c.WriteError(e)
-			continue
-		}
-		if p.kind != planReset && rs[0].WrongType {
-			sess.tally.error(ErrInvalidArg)
-			c.WriteError(errWrongType)
+		if msg, kind := answerError(rs); msg != "" {
+			sess.tally.error(kind)
+			c.WriteError(msg)
 			continue
 		}
 		switch p.kind {
@@ -357,16 +352,6 @@ func (s *Server) planThrottle(sess *session, args [][]byte) {
 		sess.fail(errThrottleRange)
 		return
 	}
-	sess.caller.Add(shard.Op{Kind: shard.Throttle, Key: key, Throttle: q})
+	sess.caller.Add(decide.Request{Kind: decide.Throttle, Key: key, Quota: q})
 	sess.plan = append(sess.plan, planned{kind: planThrottle, ops: 1})
-}
-
-// firstErr returns the first store error among a command's results.
-func firstErr(rs []shard.Result) string {
-	for i := range rs {
-		if rs[i].Err != "" {
-			return rs[i].Err
-		}
-	}
-	return ""
 }

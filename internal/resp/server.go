@@ -10,36 +10,37 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/tidwall/redcon"
 )
 
-// Limiter is what the protocol front needs from the bucket store: a
-// per-connection Caller and the counters INFO and DBSIZE report.
-// *shard.Group provides it through Shards.
+// Limiter is what the protocol front needs from a bucket store, in the
+// terms of internal/decide: a Caller per connection, and the counters
+// INFO and DBSIZE report. The in-memory shards provide it through Memory;
+// the Redis store (internal/redisstore) implements it itself.
 type Limiter interface {
 	NewCaller() Caller
-	Stats() shard.Stats
-	ShardCount() int
+	Stats() decide.Stats
 }
 
-// Caller batches one connection's bucket operations (see shard.Caller).
+// Caller runs one connection's bucket requests. Add queues a request; Run
+// answers every request queued since the last Run, in order (requests on
+// one key take effect in the order they were added), and returns the
+// answers, valid until the next Run. A Caller is used by one goroutine.
 type Caller interface {
-	Add(op shard.Op)
-	Run() ([]shard.Result, error)
+	Add(r decide.Request)
+	Run() ([]decide.Answer, error)
 }
 
-// Shards adapts a shard.Group to Limiter.
-func Shards(g *shard.Group) Limiter { return groupLimiter{g} }
+// Memory serves the buckets from the in-memory shards of g.
+func Memory(g *shard.Group) Limiter { return memory{g} }
 
-type groupLimiter struct{ g *shard.Group }
+type memory struct{ g *shard.Group }
 
-func (l groupLimiter) NewCaller() Caller    { return l.g.NewCaller() }
-func (l groupLimiter) Stats() shard.Stats   { return l.g.Stats() }
-func (l groupLimiter) ShardCount() int      { return l.g.Len() }
-func (l groupLimiter) Unwrap() *shard.Group { return l.g }
-
-var _ Limiter = groupLimiter{}
+func (m memory) NewCaller() Caller   { return m.g.NewCaller() }
+func (m memory) Stats() decide.Stats { return m.g.Stats().Stats }
 
 // Config sets up a Server. Zero values pick the defaults in parentheses.
 type Config struct {
@@ -60,8 +61,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// TLS, when set, serves TLS on the client port.
 	TLS *tls.Config
-	// ExtraInfo, when set, adds sections to INFO (replication, store).
-	ExtraInfo func() []InfoSection
+	// Info adds sections to INFO: each function returns the section of the
+	// part of bucketd whose state it shows (replication, the Redis store).
+	Info []func() info.Section
 	// Reload, when set, is what CONFIG RELOAD calls; its error is reported
 	// to the client and the running configuration stays.
 	Reload  func() error
@@ -72,19 +74,6 @@ type Config struct {
 	// ready, and the number of commands. At pipeline depth 1 that is the
 	// command latency. It must be cheap and safe for concurrent use.
 	ObservePipeline func(seconds float64, commands int)
-}
-
-// InfoSection is one "# Title" block of INFO; requested as its lower-case
-// title.
-type InfoSection struct {
-	Title  string
-	Fields []InfoField
-}
-
-// InfoField is one "name:value" line of INFO.
-type InfoField struct {
-	Name  string
-	Value string
 }
 
 // Defaults of Config and Limits.
@@ -299,16 +288,4 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	s.mu.Unlock()
 	s.n.connected.Add(-1)
 	s.active.Done()
-}
-
-// ListenAndServe is a convenience for tests and tools: listen on addr and
-// serve in the background. It returns once the listener is open.
-func (s *Server) ListenAndServe(addr string) (net.Addr, <-chan error, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(ln) }()
-	return ln.Addr(), errc, nil
 }

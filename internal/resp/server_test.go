@@ -30,7 +30,7 @@ type testServer struct {
 func startServer(t testing.TB, adjust func(*Config)) *testServer {
 	t.Helper()
 	group := shard.New(shard.Config{Shards: 4})
-	cfg := Config{Limiter: Shards(group)}
+	cfg := Config{Limiter: Memory(group)}
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -610,7 +610,7 @@ func TestSlowReaderBlocksNobody(t *testing.T) {
 func TestShutdownAnswersWhatIsInFlight(t *testing.T) {
 	group := shard.New(shard.Config{Shards: 2})
 	defer group.Close()
-	srv, err := NewServer(Config{Limiter: Shards(group)})
+	srv, err := NewServer(Config{Limiter: Memory(group)})
 	if err != nil {
 		t.Fatal(err)
 	}

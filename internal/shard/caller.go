@@ -1,77 +1,96 @@
 package shard
 
-// Caller gathers one connection's operations, sends each shard involved a
-// single Batch, and hands back the answers in the order the operations were
-// added. It reuses its batches, slices and reply channel, so a steady stream
-// of calls allocates nothing. A Caller is not safe for concurrent use: each
-// connection owns one.
+import "github.com/bucketd/bucketd/internal/decide"
+
+// op is a client Request with its key's hash, which picks the shard and
+// the slot.
+type op struct {
+	decide.Request
+	hash uint64
+}
+
+// batch carries all of one caller's requests for one shard in one message,
+// and brings the answers back in the same message: answers[i] answers
+// ops[i]. The shard sends the batch on done when it has answered it; done
+// has room for every batch its caller can have in flight, so a caller that
+// is slow to receive never blocks a shard.
+type batch struct {
+	ops     []op
+	answers []decide.Answer
+	done    chan *batch
+}
+
+// Caller gathers one connection's requests, sends each shard involved a
+// single batch, and hands back the answers in the order the requests were
+// added. It reuses its batches, slices and reply channel, so a steady
+// stream of calls allocates nothing. A Caller is not safe for concurrent
+// use: each connection owns one.
 type Caller struct {
 	g       *Group
-	batches []Batch
+	batches []batch
 	used    []int    // shards that have ops in this round, in first-use order
 	where   []uint64 // per added op: shard index << 32 | position in that batch
-	results []Result
-	done    chan *Batch
+	answers []decide.Answer
+	done    chan *batch
 }
 
 // NewCaller returns a Caller bound to g.
 func (g *Group) NewCaller() *Caller {
 	c := &Caller{
 		g:       g,
-		batches: make([]Batch, len(g.shards)),
-		done:    make(chan *Batch, len(g.shards)), // room for every batch in flight
+		batches: make([]batch, len(g.shards)),
+		done:    make(chan *batch, len(g.shards)), // room for every batch in flight
 	}
 	for i := range c.batches {
-		c.batches[i].Done = c.done
+		c.batches[i].done = c.done
 	}
 	return c
 }
 
-// Add queues op for the next Run. Op.Key must stay valid until Run returns.
-func (c *Caller) Add(op Op) {
-	op.hash = c.g.hashKey(op.Key)
-	i := int(op.hash & c.g.mask)
+// Add queues r for the next Run. r.Key must stay valid until Run returns.
+func (c *Caller) Add(r decide.Request) {
+	h := c.g.hashKey(r.Key)
+	i := int(h & c.g.mask)
 	b := &c.batches[i]
-	if len(b.Ops) == 0 {
+	if len(b.ops) == 0 {
 		c.used = append(c.used, i)
 	}
-	c.where = append(c.where, uint64(i)<<32|uint64(len(b.Ops)))
-	b.Ops = append(b.Ops, op)
+	c.where = append(c.where, uint64(i)<<32|uint64(len(b.ops)))
+	b.ops = append(b.ops, op{Request: r, hash: h})
 }
 
-// Pending returns the number of ops added since the last Run.
-func (c *Caller) Pending() int { return len(c.where) }
-
-// Run sends every queued op to its shard, one Batch per shard, waits for all
-// answers and returns them in the order the ops were added. The returned
-// slice is valid until the next Run. On ErrClosed no answers are returned.
-func (c *Caller) Run() ([]Result, error) {
+// Run sends every queued request to its shard, one batch per shard, waits
+// for all answers and returns them in the order the requests were added.
+// Requests on one key are answered in the order they were added. The
+// returned slice is valid until the next Run. On ErrClosed no answers are
+// returned.
+func (c *Caller) Run() ([]decide.Answer, error) {
 	var err error
 	sent := 0
 	for _, i := range c.used {
-		if err = c.g.Submit(i, &c.batches[i]); err != nil {
+		if err = c.g.submit(i, &c.batches[i]); err != nil {
 			break
 		}
 		sent++
 	}
 	for ; sent > 0; sent-- {
-		if _, werr := c.g.Wait(c.done); werr != nil {
+		if _, werr := c.g.wait(c.done); werr != nil {
 			err = werr
 			break
 		}
 	}
-	c.results = c.results[:0]
+	c.answers = c.answers[:0]
 	if err == nil {
 		for _, w := range c.where {
-			c.results = append(c.results, c.batches[w>>32].Results[uint32(w)])
+			c.answers = append(c.answers, c.batches[w>>32].answers[uint32(w)])
 		}
 	}
 	for _, i := range c.used {
 		b := &c.batches[i]
-		clear(b.Ops) // drop references to the connection's buffers
-		b.Ops = b.Ops[:0]
+		clear(b.ops) // drop references to the connection's buffers
+		b.ops = b.ops[:0]
 	}
 	c.used = c.used[:0]
 	c.where = c.where[:0]
-	return c.results, err
+	return c.answers, err
 }

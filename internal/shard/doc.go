@@ -1,12 +1,18 @@
 // Package shard keeps bucketd's buckets in memory, split into shards, each
 // owned by exactly one goroutine.
 //
-// Ownership: a shard's map and bucket states are read and written only by
-// that shard's goroutine. Everyone else sends it a Batch of operations over a
-// bounded channel and waits for the same Batch to come back answered. There
-// are no locks on bucket state: the single writer makes every operation on a
-// key atomic with respect to every other, which is how concurrent acquires on
-// one key never over-grant.
+// Ownership: a shard's table and bucket states are read and written only by
+// that shard's goroutine. Everyone else sends it a task over a bounded
+// channel and waits for the answer: a Caller sends client requests
+// (decide.Request) as one batch per shard, and the maintenance methods of
+// Group (Restore, Live, Collect, TrackAll, Dump) send a call that runs on the
+// shard's goroutine. There are no locks on bucket state: the single writer
+// makes every operation on a key atomic with respect to every other, which
+// is how concurrent acquires on one key never over-grant.
+//
+// Time: the shards decide on a monotonic clock (internal/clock); Records
+// and Changes, which leave the process, carry Unix time, converted here and
+// nowhere else.
 //
 // Keys go to shard hash(key) & (n-1), with a per-process seed (hash/maphash)
 // so that clients cannot aim many keys at one shard.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
 )
 
 // fakeClock is a Clock the test moves by hand; atomic because the shards
@@ -29,11 +30,11 @@ func newTestGroup(t *testing.T, cfg Config) (*Group, *fakeClock) {
 	return g, clk
 }
 
-func acquire(key string, capacity, rate, cost float64) Op {
-	return Op{Kind: Acquire, Key: []byte(key), Limit: bucket.Limit{Capacity: capacity, Rate: rate}, Cost: cost}
+func acquire(key string, capacity, rate, cost float64) decide.Request {
+	return decide.Request{Kind: decide.Acquire, Key: []byte(key), Limit: bucket.Limit{Capacity: capacity, Rate: rate}, Cost: cost}
 }
 
-func runOne(t *testing.T, c *Caller, op Op) Result {
+func runOne(t *testing.T, c *Caller, op decide.Request) decide.Answer {
 	t.Helper()
 	c.Add(op)
 	res, err := c.Run()
@@ -84,8 +85,8 @@ func TestSameKeyInOneBatchIsSequential(t *testing.T) {
 	for range 5 {
 		c.Add(acquire("k", 3, 1, 1))
 	}
-	c.Add(Op{Kind: Reset, Key: []byte("k")})
-	c.Add(Op{Kind: Reset, Key: []byte("k")})
+	c.Add(decide.Request{Kind: decide.Reset, Key: []byte("k")})
+	c.Add(decide.Request{Kind: decide.Reset, Key: []byte("k")})
 	c.Add(acquire("k", 3, 1, 1))
 	res, err := c.Run()
 	if err != nil {
@@ -142,19 +143,19 @@ func TestPeekAndCostZeroCreateNothing(t *testing.T) {
 	g, _ := newTestGroup(t, Config{Shards: 2})
 	c := g.NewCaller()
 	lim := bucket.Limit{Capacity: 5, Rate: 1}
-	d := runOne(t, c, Op{Kind: Peek, Key: []byte("p"), Limit: lim, Cost: 2}).Decision
+	d := runOne(t, c, decide.Request{Kind: decide.Peek, Key: []byte("p"), Limit: lim, Cost: 2}).Decision
 	if !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("peek on a new key: %+v", d)
 	}
 	runOne(t, c, acquire("p", 5, 1, 0))
-	runOne(t, c, Op{Kind: Peek, Key: []byte("p"), Limit: bucket.Limit{Capacity: 1, Rate: 1}, Cost: 1})
+	runOne(t, c, decide.Request{Kind: decide.Peek, Key: []byte("p"), Limit: bucket.Limit{Capacity: 1, Rate: 1}, Cost: 1})
 	if n := g.Stats().Buckets; n != 0 {
 		t.Fatalf("peek and cost 0 created %d buckets", n)
 	}
 }
 
 func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
-	g, clk := newTestGroup(t, Config{Shards: 4, SweepInterval: time.Millisecond, SweepMin: 8})
+	g, clk := newTestGroup(t, Config{Shards: 4, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	for i := range 1000 {
 		c.Add(acquire(fmt.Sprint("k", i), 10, 2, 4)) // 6 left: full again after 2 s
@@ -166,12 +167,15 @@ func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
 		t.Fatalf("live buckets %d, want 1000", n)
 	}
 	clk.advance(1999 * time.Millisecond)
-	waitFor(t, func() bool { return sweptTwice(g) }, "two sweep passes")
+	sweepEveryEntry(t, g)
 	if n := g.Stats().Buckets; n != 1000 {
 		t.Fatalf("a bucket not yet full was swept: %d live", n)
 	}
 	clk.advance(time.Millisecond)
-	waitFor(t, func() bool { return g.Stats().Buckets == 0 }, "all buckets to expire")
+	sweepEveryEntry(t, g)
+	if n := g.Stats().Buckets; n != 0 {
+		t.Fatalf("%d buckets full again were not swept", n)
+	}
 	if st := g.Stats(); st.Expired != 1000 {
 		t.Fatalf("expired %d, want 1000", st.Expired)
 	}
@@ -179,31 +183,26 @@ func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
 	runOne(t, c, acquire("x", 10, 1, 1))
 	clk.advance(time.Second)
 	runOne(t, c, acquire("x", 10, 1, 0.0000001)) // refilled to 10, takes a sliver: not full
-	runOne(t, c, Op{Kind: Reset, Key: []byte("x")})
+	runOne(t, c, decide.Request{Kind: decide.Reset, Key: []byte("x")})
 	if n := g.Stats().Buckets; n != 0 {
 		t.Fatalf("live %d after reset", n)
 	}
 }
 
-// sweptTwice reports whether every shard's sweeper has wrapped around at
-// least twice since the test began, so every entry has been examined.
-func sweptTwice(g *Group) bool {
-	for _, s := range g.shards {
-		if s.passes.Load() < 2 {
-			return false
-		}
-	}
-	return true
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
+// sweepEveryEntry runs the sweeper on every shard, on the shard's own
+// goroutine, until it has examined every entry once: what the ticker does
+// over a few seconds, at the fake clock's current time.
+func sweepEveryEntry(t *testing.T, g *Group) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %+v", what, t.Name())
+	for i := range g.Len() {
+		err := g.on(i, func(s *shard, now int64) {
+			for seen := s.t.len(); seen > 0; seen -= s.sweepMin {
+				s.sweep(now)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -228,7 +227,7 @@ func TestCallerSteadyStateAllocatesNothing(t *testing.T) {
 	lim := bucket.Limit{Capacity: 1e12, Rate: 1}
 	run := func() {
 		for _, k := range keys {
-			c.Add(Op{Kind: Acquire, Key: k, Limit: lim, Cost: 1})
+			c.Add(decide.Request{Kind: decide.Acquire, Key: k, Limit: lim, Cost: 1})
 		}
 		if _, err := c.Run(); err != nil {
 			t.Fatal(err)
@@ -252,7 +251,7 @@ func BenchmarkShardAcquireExistingKey(b *testing.B) {
 		c := g.NewCaller()
 		key := []byte(fmt.Sprintf("bench-%p", c))
 		for pb.Next() {
-			c.Add(Op{Kind: Acquire, Key: key, Limit: lim, Cost: 1})
+			c.Add(decide.Request{Kind: decide.Acquire, Key: key, Limit: lim, Cost: 1})
 			if _, err := c.Run(); err != nil {
 				b.Fatal(err)
 			}
@@ -276,7 +275,7 @@ func BenchmarkShardPipeline16(b *testing.B) {
 		n := 0
 		for pb.Next() {
 			for range 16 {
-				c.Add(Op{Kind: Acquire, Key: keys[n&1023], Limit: lim, Cost: 1})
+				c.Add(decide.Request{Kind: decide.Acquire, Key: keys[n&1023], Limit: lim, Cost: 1})
 				n += 7
 			}
 			if _, err := c.Run(); err != nil {
@@ -291,7 +290,7 @@ func TestResetDoesNotCountRefilledBuckets(t *testing.T) {
 	c := g.NewCaller()
 	runOne(t, c, acquire("k", 1, 1000, 1)) // empty; full again after 1 ms
 	clk.advance(10 * time.Millisecond)
-	if r := runOne(t, c, Op{Kind: Reset, Key: []byte("k")}); r.Removed {
+	if r := runOne(t, c, decide.Request{Kind: decide.Reset, Key: []byte("k")}); r.Removed {
 		t.Fatal("TB.RESET counted a bucket that had already refilled, unlike DEL on an expired key")
 	}
 	if st := g.Stats(); st.Buckets != 0 || st.Resets != 0 || st.Expired != 1 {
@@ -299,14 +298,14 @@ func TestResetDoesNotCountRefilledBuckets(t *testing.T) {
 	}
 }
 
-func TestTrackChangesCollectAndLoad(t *testing.T) {
+func TestTrackChangesCollectAndRestore(t *testing.T) {
 	g, clk := newTestGroup(t, Config{Shards: 1, TrackChanges: 3, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	runOne(t, c, acquire("a", 10, 1, 4))
 	runOne(t, c, acquire("a", 10, 1, 1)) // same key: one change
 	runOne(t, c, acquire("b", 10, 1, 0)) // a peek changes nothing
 	runOne(t, c, acquire("c", 10, 1, 1))
-	runOne(t, c, Op{Kind: Reset, Key: []byte("c")})
+	runOne(t, c, decide.Request{Kind: decide.Reset, Key: []byte("c")})
 	runOne(t, c, acquire("d", 10, 1, 1))
 	runOne(t, c, acquire("e", 10, 1, 1)) // beyond the capacity of 3: dropped
 	if st := g.Stats(); st.ChangesPending != 3 || st.ChangesDropped != 1 {
@@ -342,11 +341,20 @@ func TestTrackChangesCollectAndLoad(t *testing.T) {
 	if all, _ := g.Collect(0, nil, 10); len(all) != 3 { // every live key: a, d and e (even e, whose change was dropped)
 		t.Fatalf("TrackAll then Collect: %+v", all)
 	}
-	// Load fills in keys this process has not seen, and never overwrites.
+	// Restore fills in keys this process has not seen, and never
+	// overwrites; a record that is full by now is left out.
 	lim := bucket.Limit{Capacity: 10, Rate: 1}
-	clk.advance(0)
-	runOne(t, c, Op{Kind: Load, Key: []byte("z"), State: bucket.State{Tokens: 2, Last: clk.now()}, Limit: lim})
-	runOne(t, c, Op{Kind: Load, Key: []byte("a"), State: bucket.State{Tokens: 0, Last: clk.now()}, Limit: lim})
+	n, err := g.Restore([]Record{
+		{Key: "z", State: bucket.State{Tokens: 2, Last: clk.now()}, Limit: lim},
+		{Key: "a", State: bucket.State{Tokens: 0, Last: clk.now()}, Limit: lim},
+		{Key: "y", State: bucket.State{Tokens: 0, Last: clk.now() - 10_000_000}, Limit: lim},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("Restore stored %d (%v), want 1 (z)", n, err)
+	}
+	if st := g.Stats(); st.ChangesPending != 0 {
+		t.Fatalf("restored buckets were tracked as changes: %+v", st)
+	}
 	if d := runOne(t, c, acquire("z", 10, 1, 0)).Decision; d.Remaining != 2 {
 		t.Fatalf("loaded z: %+v", d)
 	}
@@ -419,13 +427,13 @@ func TestMaxBucketsKeepsTheNewBucket(t *testing.T) {
 	}
 }
 
-func TestDumpAndLoadGCRA(t *testing.T) {
-	g, clk := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
+func TestDumpAndRestoreGCRA(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	runOne(t, c, acquire("a", 10, 1, 3))
 	q, _ := bucket.NewGCRA(4, 1, 10, 1)
-	runOne(t, c, Op{Kind: Throttle, Key: []byte("t"), Throttle: q})
-	var all []Change
+	runOne(t, c, decide.Request{Kind: decide.Throttle, Key: []byte("t"), Quota: q})
+	var all []Record
 	for i := range g.Len() {
 		var err error
 		if all, err = g.Dump(i, all); err != nil {
@@ -437,14 +445,13 @@ func TestDumpAndLoadGCRA(t *testing.T) {
 	}
 	g2, _ := newTestGroup(t, Config{Shards: 2})
 	c2 := g2.NewCaller()
-	for _, ch := range all {
-		runOne(t, c2, Op{Kind: Load, Key: []byte(ch.Key), State: ch.State, Limit: ch.Limit, LoadGCRA: ch.GCRA})
+	if n, err := g2.Restore(all); err != nil || n != 2 {
+		t.Fatalf("Restore stored %d (%v), want 2", n, err)
 	}
-	_ = clk
 	if d := runOne(t, c2, acquire("a", 10, 1, 0)).Decision; d.Remaining != 7 {
 		t.Fatalf("loaded a: %+v", d)
 	}
-	if r := runOne(t, c2, Op{Kind: Throttle, Key: []byte("t"), Throttle: q}).Throttle; r.Remaining != 3 {
+	if r := runOne(t, c2, decide.Request{Kind: decide.Throttle, Key: []byte("t"), Quota: q}).Throttle; r.Remaining != 3 {
 		t.Fatalf("loaded GCRA t: %+v", r)
 	}
 }

@@ -4,32 +4,7 @@ import (
 	"bytes"
 	"math"
 	"sync/atomic"
-
-	"github.com/bucketd/bucketd/internal/bucket"
 )
-
-// entry is one live bucket: 48 bytes and no pointers. The limit of its
-// last spending call is kept so the sweeper can tell when the bucket is
-// full again (and so replication and snapshots can write it out).
-type entry struct {
-	state  bucket.State // for a GCRA entry, state.Last is the TAT in nanoseconds
-	limit  bucket.Limit
-	keyOff uint32 // the key is arena[keyOff : keyOff+keyLen]
-	keyLen uint32
-	fp     uint32 // the key hash's upper 32 bits: slot position and fingerprint
-	gcra   bool   // a CL.THROTTLE key
-	dirty  bool   // the key is in the shard's change set (replication)
-}
-
-// full reports whether the entry holds no information any more at now
-// (microseconds): a token bucket refilled to capacity, or a GCRA whose
-// theoretical arrival time has passed.
-func (e *entry) full(now int64) bool {
-	if e.gcra {
-		return e.state.Last <= now*1000
-	}
-	return e.state.IsFull(e.limit, now)
-}
 
 // table is one shard's bucket storage, laid out so that the garbage
 // collector has nothing to scan however many buckets there are: entries

@@ -5,8 +5,6 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/bucketd/bucketd/internal/bucket"
 )
 
 // TestTableAgainstAMap drives random inserts, updates and removals through
@@ -38,10 +36,10 @@ func TestTableAgainstAMap(t *testing.T) {
 					tb.remove(i)
 					delete(want, k)
 				case ok:
-					tb.entries[i].state.Tokens = float64(step)
+					tb.entries[i].tokens = float64(step)
 					want[k] = float64(step)
 				default:
-					tb.insert(hash(k), []byte(k), entry{state: bucket.State{Tokens: float64(step)}})
+					tb.insert(hash(k), []byte(k), entry{tokens: float64(step)})
 					want[k] = float64(step)
 				}
 				if step%10_000 == 0 || step == 59_999 {
@@ -50,7 +48,7 @@ func TestTableAgainstAMap(t *testing.T) {
 					}
 					for wk, wv := range want {
 						i, ok := tb.find(hash(wk), []byte(wk))
-						if !ok || tb.entries[i].state.Tokens != wv || string(tb.key(&tb.entries[i])) != wk {
+						if !ok || tb.entries[i].tokens != wv || string(tb.key(&tb.entries[i])) != wk {
 							t.Fatalf("step %d: %q lost or wrong", step, wk)
 						}
 					}
@@ -81,7 +79,7 @@ func TestTableGivesMemoryBack(t *testing.T) {
 	key := func(i int) []byte { return fmt.Appendf(nil, "bucket:%010d", i) }
 	for i := range n {
 		k := key(i)
-		if tb.insert(maphash.Bytes(seed, k), k, entry{state: bucket.State{Tokens: float64(i)}}) < 0 {
+		if tb.insert(maphash.Bytes(seed, k), k, entry{tokens: float64(i)}) < 0 {
 			t.Fatalf("insert %d refused", i)
 		}
 	}
@@ -93,7 +91,7 @@ func TestTableGivesMemoryBack(t *testing.T) {
 	for i := range n {
 		k := key(i)
 		j, ok := tb.find(maphash.Bytes(seed, k), k)
-		if !ok || tb.entries[j].state.Tokens != float64(i) {
+		if !ok || tb.entries[j].tokens != float64(i) {
 			t.Fatalf("bucket %d lost or wrong after growth", i)
 		}
 		tb.remove(j)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/shard"
 )
 
@@ -15,48 +14,34 @@ const FileName = "buckets.snapshot"
 
 // Keeper snapshots a shard.Group into a data directory and restores it.
 type Keeper struct {
-	Dir   string
-	Group *shard.Group
-	// OffsetMicros turns the shards' clock into Unix microseconds:
-	// unix = shard time + OffsetMicros.
-	OffsetMicros int64
-	Logger       *slog.Logger
+	Dir    string
+	Group  *shard.Group
+	Logger *slog.Logger
 }
 
 // Path is the snapshot file.
 func (k *Keeper) Path() string { return filepath.Join(k.Dir, FileName) }
 
-// Load restores the snapshot into the shards, skipping buckets that have
-// refilled during the downtime (they would be full, which is the same as
-// absent). A missing file loads nothing and is no error; a corrupt one is
-// an error wrapping ErrCorrupt.
+// restoreChunk is how many records Load hands the shards at a time.
+const restoreChunk = 4096
+
+// Load restores the snapshot into the shards, leaving out buckets that
+// have refilled during the downtime (they would be full, which is the same
+// as absent). It returns how many buckets it stored. A missing file is an
+// error for which errors.Is(err, os.ErrNotExist) holds; a corrupt one wraps
+// ErrCorrupt, and nothing of it is loaded.
 func (k *Keeper) Load() (loaded int, err error) {
-	now := time.Now().UnixMicro() - k.OffsetMicros
-	caller := k.Group.NewCaller()
-	pending := 0
+	chunk := make([]shard.Record, 0, restoreChunk)
 	flush := func() {
-		if pending > 0 && err == nil {
-			_, err = caller.Run()
-			pending = 0
+		if len(chunk) > 0 && err == nil {
+			var n int
+			n, err = k.Group.Restore(chunk)
+			loaded += n
+			chunk = chunk[:0]
 		}
 	}
-	_, _, rerr := Read(k.Path(), func(r Record) {
-		op := shard.Op{Kind: shard.Load, Key: []byte(r.Key), LoadGCRA: r.GCRA}
-		if r.GCRA {
-			op.State = bucket.State{Last: r.Last - k.OffsetMicros*1000}
-			if op.State.Last <= now*1000 {
-				return
-			}
-		} else {
-			op.State = bucket.State{Tokens: r.Tokens, Last: r.Last - k.OffsetMicros}
-			op.Limit = bucket.Limit{Capacity: r.Capacity, Rate: r.Rate}
-			if op.State.IsFull(op.Limit, now) {
-				return
-			}
-		}
-		caller.Add(op)
-		loaded++
-		if pending++; pending == 4096 {
+	_, _, rerr := Read(k.Path(), func(r shard.Record) {
+		if chunk = append(chunk, r); len(chunk) == restoreChunk {
 			flush()
 		}
 	})
@@ -69,7 +54,7 @@ func (k *Keeper) Load() (loaded int, err error) {
 
 // Save writes a snapshot of every live bucket.
 func (k *Keeper) Save() (int, error) {
-	var all []shard.Change
+	var all []shard.Record
 	for i := range k.Group.Len() {
 		var err error
 		if all, err = k.Group.Dump(i, all); err != nil {
@@ -77,16 +62,12 @@ func (k *Keeper) Save() (int, error) {
 		}
 	}
 	i := 0
-	return Write(k.Path(), time.Now().UnixMicro(), func() (Record, bool) {
+	return Write(k.Path(), time.Now().UnixMicro(), func() (shard.Record, bool) {
 		if i == len(all) {
-			return Record{}, false
+			return shard.Record{}, false
 		}
-		c := &all[i]
 		i++
-		if c.GCRA {
-			return Record{Key: c.Key, GCRA: true, Last: c.State.Last + k.OffsetMicros*1000}, true
-		}
-		return Record{Key: c.Key, Tokens: c.State.Tokens, Capacity: c.Limit.Capacity, Rate: c.Limit.Rate, Last: c.State.Last + k.OffsetMicros}, true
+		return all[i-1], true
 	})
 }
 

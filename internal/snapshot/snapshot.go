@@ -34,6 +34,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
 )
 
 const magic = "bucketd snapshot v1\n"
@@ -45,22 +48,12 @@ const MaxKeyBytes = 1 << 20
 // ErrCorrupt is wrapped by every error about a damaged or truncated file.
 var ErrCorrupt = errors.New("snapshot is corrupt")
 
-// Record is one bucket.
-type Record struct {
-	Key      string
-	GCRA     bool    // a CL.THROTTLE key: Last is its TAT in Unix nanoseconds
-	Tokens   float64 // token bucket only
-	Capacity float64
-	Rate     float64
-	Last     int64 // Unix microseconds (token bucket) or nanoseconds (GCRA)
-}
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Write stores the records in path atomically: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. next is called until it
 // returns false; it lets the caller stream records without building a slice.
-func Write(path string, takenUnixMicros int64, next func() (Record, bool)) (n int, err error) {
+func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool)) (n int, err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -83,18 +76,18 @@ func Write(path string, takenUnixMicros int64, next func() (Record, bool)) (n in
 		if !ok {
 			break
 		}
-		kind := byte(0)
-		if r.GCRA {
-			kind = 1
-		}
-		w.Write([]byte{1, kind})
+		w.Write([]byte{1, kindByte[r.Kind]})
 		w.Write(buf[:binary.PutUvarint(buf[:], uint64(len(r.Key)))])
 		w.WriteString(r.Key)
-		for _, f := range []float64{r.Tokens, r.Capacity, r.Rate} {
+		last := r.State.Last
+		if r.Kind == shard.GCRA {
+			last = r.TAT
+		}
+		for _, f := range []float64{r.State.Tokens, r.Limit.Capacity, r.Limit.Rate} {
 			binary.LittleEndian.PutUint64(buf[:8], math.Float64bits(f))
 			w.Write(buf[:8])
 		}
-		binary.LittleEndian.PutUint64(buf[:8], uint64(r.Last))
+		binary.LittleEndian.PutUint64(buf[:8], uint64(last))
 		w.Write(buf[:8])
 		n++
 	}
@@ -126,7 +119,7 @@ func Write(path string, takenUnixMicros int64, next func() (Record, bool)) (n in
 // errors.Is(err, os.ErrNotExist) holds; a damaged one wraps ErrCorrupt and
 // says what is wrong. Records are handed to fn only after the checksum has
 // been verified, so a corrupt file loads nothing.
-func Read(path string, fn func(Record)) (takenUnixMicros int64, n int, err error) {
+func Read(path string, fn func(shard.Record)) (takenUnixMicros int64, n int, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
@@ -157,7 +150,7 @@ func corrupt(format string, args ...any) error {
 
 // decode reads the records and hands them to fn (if not nil); with check it
 // also verifies the trailer against the CRC of exactly the bytes decoded.
-func decode(r *bufio.Reader, check bool, fn func(Record)) (int64, int, error) {
+func decode(r *bufio.Reader, check bool, fn func(shard.Record)) (int64, int, error) {
 	var consumed int64
 	read := func(p []byte) error {
 		_, err := io.ReadFull(r, p)
@@ -214,16 +207,9 @@ func decode(r *bufio.Reader, check bool, fn func(Record)) (int64, int, error) {
 			return 0, 0, err
 		}
 		checker.add(fixed[:])
-		rec := Record{
-			Key:      string(key),
-			GCRA:     flag[1] == 1,
-			Tokens:   math.Float64frombits(binary.LittleEndian.Uint64(fixed[0:])),
-			Capacity: math.Float64frombits(binary.LittleEndian.Uint64(fixed[8:])),
-			Rate:     math.Float64frombits(binary.LittleEndian.Uint64(fixed[16:])),
-			Last:     int64(binary.LittleEndian.Uint64(fixed[24:])),
-		}
-		if !rec.GCRA && !(rec.Capacity > 0 && rec.Rate > 0 && rec.Tokens >= 0 && rec.Tokens <= rec.Capacity) {
-			return 0, 0, corrupt("record %d (%q) has impossible values", n, rec.Key)
+		rec, ok := record(string(key), flag[1], fixed)
+		if !ok {
+			return 0, 0, corrupt("record %d (%q) has impossible values", n, key)
 		}
 		if fn != nil {
 			fn(rec)
@@ -241,6 +227,27 @@ func decode(r *bufio.Reader, check bool, fn func(Record)) (int64, int, error) {
 		return 0, 0, corrupt("bytes after the checksum")
 	}
 	return taken, n, nil
+}
+
+// kindByte is each kind's byte in the file.
+var kindByte = [...]byte{shard.TokenBucket: 0, shard.GCRA: 1}
+
+// record builds a Record from its kind byte and its fixed fields, and
+// reports whether the values can be those of a bucket.
+func record(key string, kind byte, fixed [32]byte) (shard.Record, bool) {
+	last := int64(binary.LittleEndian.Uint64(fixed[24:]))
+	if kind == kindByte[shard.GCRA] {
+		return shard.Record{Key: key, Kind: shard.GCRA, TAT: last}, true
+	}
+	r := shard.Record{Key: key, Kind: shard.TokenBucket}
+	r.State = bucket.State{Tokens: math.Float64frombits(binary.LittleEndian.Uint64(fixed[0:])), Last: last}
+	r.Limit = bucket.Limit{
+		Capacity: math.Float64frombits(binary.LittleEndian.Uint64(fixed[8:])),
+		Rate:     math.Float64frombits(binary.LittleEndian.Uint64(fixed[16:])),
+	}
+	ok := kind == kindByte[shard.TokenBucket] && r.Limit.Capacity > 0 && r.Limit.Rate > 0 &&
+		r.State.Tokens >= 0 && r.State.Tokens <= r.Limit.Capacity
+	return r, ok
 }
 
 // crcAt sums exactly the decoded bytes.

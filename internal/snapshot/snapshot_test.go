@@ -6,16 +6,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/shard"
 )
 
 func records() []Record {
+	tb := func(key string, tokens, capacity, rate float64, last int64) Record {
+		return Record{Key: key, State: bucket.State{Tokens: tokens, Last: last}, Limit: bucket.Limit{Capacity: capacity, Rate: rate}}
+	}
 	return []Record{
-		{Key: "a", Tokens: 0.1, Capacity: 10, Rate: 0.5, Last: 1_700_000_000_000_000},
-		{Key: "", Tokens: 0, Capacity: 1e15, Rate: 1e-300, Last: 5},
-		{Key: "t\x00\r\n", GCRA: true, Last: 1_700_000_000_000_000_123},
-		{Key: strings.Repeat("k", 5000), Tokens: 3, Capacity: 4, Rate: 1, Last: 42},
+		tb("a", 0.1, 10, 0.5, 1_700_000_000_000_000),
+		tb("", 0, 1e15, 1e-300, 5),
+		{Key: "t\x00\r\n", Kind: shard.GCRA, TAT: 1_700_000_000_000_000_123},
+		tb(strings.Repeat("k", 5000), 3, 4, 1, 42),
 	}
 }
+
+// Record is the record type of the file format: shard's.
+type Record = shard.Record
 
 func write(t *testing.T, path string, recs []Record) {
 	t.Helper()

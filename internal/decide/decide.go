@@ -1,0 +1,83 @@
+// Package decide is the vocabulary between bucketd's protocol front and the
+// stores that keep buckets: what a client command asks of one bucket
+// (Request), what the store answers (Answer), the errors an answer can
+// carry, and the counters every store keeps (Stats).
+//
+// Two stores speak it: the in-memory shards (internal/shard) and the Redis
+// store (internal/redisstore). The protocol front (internal/resp) declares
+// the interface it calls them through in its own package, in these terms,
+// so neither store depends on the other. Maintenance (loading, dumping,
+// collecting changes) is not part of this vocabulary: it belongs to the
+// store that has it.
+package decide
+
+import (
+	"errors"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// Kind says what a Request does to its bucket.
+type Kind uint8
+
+const (
+	// Acquire spends Request.Cost tokens if the bucket holds them (TB.ACQUIRE).
+	Acquire Kind = iota
+	// Peek answers what Acquire would, changing nothing (TB.PEEK).
+	Peek
+	// Reset forgets the bucket (TB.RESET); Answer.Removed says whether it existed.
+	Reset
+	// Throttle runs redis-cell's CL.THROTTLE with Request.Quota.
+	Throttle
+)
+
+// Request is one client operation on one bucket. Key is only read until the
+// call that answers it returns, so it may point into a connection's read
+// buffer; a store that keeps the key copies it.
+type Request struct {
+	Key   []byte
+	Limit bucket.Limit // Acquire and Peek
+	Cost  float64      // Acquire and Peek
+	Quota bucket.GCRA  // Throttle
+	Kind  Kind
+}
+
+// Answer is the answer to one Request. When Err is set the other fields
+// mean nothing and the client gets the error instead.
+type Answer struct {
+	Decision bucket.Decision       // Acquire and Peek
+	Throttle bucket.ThrottleResult // Throttle
+	Removed  bool                  // Reset: the bucket existed and was removed
+	Err      error                 // nil, or one of the errors below
+}
+
+// The errors an Answer can carry. The protocol front maps each to its reply.
+var (
+	// ErrWrongType: the key holds a CL.THROTTLE state and the request is a
+	// token-bucket one, or the other way round. Nothing was changed.
+	ErrWrongType = errors.New("decide: the key holds the other kind of bucket")
+	// ErrNotApplied: the store could not tell whether a TB.RESET took
+	// effect (Redis did not answer in time).
+	ErrNotApplied = errors.New("decide: the store did not answer; the reset may not have been applied")
+	// ErrUnsupported: the store has no implementation of the request's
+	// kind (CL.THROTTLE in Redis store mode).
+	ErrUnsupported = errors.New("decide: not supported by this store")
+)
+
+// Stats are the counters every store keeps, read from atomics without
+// stopping it. A store leaves at zero what it does not have (the Redis
+// store has no shards, no sweeper and no tables in bucketd's memory).
+type Stats struct {
+	Buckets    int64 // live buckets (DBSIZE)
+	Allowed    int64 // acquires and throttles allowed
+	Denied     int64 // acquires and throttles denied
+	Peeks      int64 // peeks answered
+	Resets     int64 // buckets removed by TB.RESET
+	Expired    int64 // full buckets deleted by the sweeper
+	Evicted    int64 // buckets evicted to stay within --max-buckets
+	Shards     int64 // shards (0: the store keeps no buckets in memory)
+	QueueDepth int64 // work waiting for the store right now
+	// TableBytes is the memory the bucket tables hold outside the Go heap,
+	// so that INFO can add it to the heap.
+	TableBytes int64
+}
