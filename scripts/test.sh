@@ -8,7 +8,9 @@
 # BUCKETD_REQUIRE_REDIS=1, so a test that needs Redis fails instead of
 # skipping, and runs gofmt, go vet and `go test -race` over every package,
 # then the packages whose memory figures the race detector would distort
-# once more without it (internal/gcfloor: the GC ballast's RSS).
+# once more without it (internal/gcfloor: the GC ballast's RSS). The tools
+# under tools/ (the load generator) are modules of their own, which ./... at
+# the root does not enter: go vet and go test -race run in each of them too.
 #
 # FUZZTIME=30s scripts/test.sh also runs every fuzz target for that long
 # (scripts/fuzz.sh).
@@ -39,11 +41,19 @@ if [ -n "$unformatted" ]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
+shopt -s nullglob
+tool_mods=(tools/*/go.mod)
 go vet ./...
+for mod in "${tool_mods[@]}"; do
+	go -C "$(dirname -- "$mod")" vet ./...
+done
 
 export BUCKETD_REQUIRE_REDIS=1
 go test -race -count=1 -timeout 20m ./...
 go test -count=1 ./internal/gcfloor
+for mod in "${tool_mods[@]}"; do
+	go -C "$(dirname -- "$mod")" test -race -count=1 ./...
+done
 
 if [ -n "${FUZZTIME:-}" ]; then
 	scripts/fuzz.sh
