@@ -94,6 +94,25 @@ func main() {
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
+	fs := newFlagSet(&o, stderr)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.prefill > 0 {
+		if err := o.prefillDefaults(set); err != nil {
+			return o, err
+		}
+	}
+	return o, o.validate()
+}
+
+// newFlagSet defines every flag of bucketd-load into o.
+func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("bucketd-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:6380", "server `host:port`")
@@ -129,59 +148,57 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			"Exit status: 0 clean, 1 when any error reply, broken or refused connection, or incomplete prefill, 2 bad usage.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
+	return fs
+}
+
+// prefillDefaults gives prefill mode its own defaults for the flags not
+// set, and refuses the flags that make no sense there.
+func (o *options) prefillDefaults(set map[string]bool) error {
+	if !set["conns"] {
+		o.conns = 8
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if !set["pipeline"] {
+		o.pipeline = 256
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.prefill > 0 {
-		if !set["conns"] {
-			o.conns = 8
-		}
-		if !set["pipeline"] {
-			o.pipeline = 256
-		}
-		if !set["duration"] {
-			o.duration = 5 * time.Minute
-		}
-		if set["keys"] || set["qps"] || set["requests"] {
-			return o, errors.New("--prefill takes neither --keys, --qps nor --requests: it writes keys 0..N-1 once each")
-		}
+	if !set["duration"] {
+		o.duration = 5 * time.Minute
 	}
+	if set["keys"] || set["qps"] || set["requests"] {
+		return errors.New("--prefill takes neither --keys, --qps nor --requests: it writes keys 0..N-1 once each")
+	}
+	return nil
+}
+
+// validate checks the options once every default is in place.
+func (o options) validate() error {
 	switch {
 	case o.conns < 1:
-		return o, errors.New("--conns must be at least 1")
+		return errors.New("--conns must be at least 1")
 	case o.pipeline < 1:
-		return o, errors.New("--pipeline must be at least 1")
+		return errors.New("--pipeline must be at least 1")
 	case o.duration <= 0:
-		return o, errors.New("--duration must be positive: every run is bounded in time")
+		return errors.New("--duration must be positive: every run is bounded in time")
 	case o.keys < 1:
-		return o, errors.New("--keys must be at least 1")
+		return errors.New("--keys must be at least 1")
 	case o.qps < 0 || o.requests < 0 || o.prefill < 0:
-		return o, errors.New("--qps, --requests and --prefill must not be negative")
+		return errors.New("--qps, --requests and --prefill must not be negative")
 	case o.warmup < 0 || o.warmup >= o.duration:
-		return o, errors.New("--warmup must be shorter than --duration")
+		return errors.New("--warmup must be shorter than --duration")
 	case o.dialConc < 1:
-		return o, errors.New("--dial-concurrency must be at least 1")
+		return errors.New("--dial-concurrency must be at least 1")
 	case o.timeline && o.duration > maxTimeline*time.Second:
-		return o, fmt.Errorf("--timeline takes at most %d s of --duration", maxTimeline)
+		return fmt.Errorf("--timeline takes at most %d s of --duration", maxTimeline)
 	}
 	for _, f := range []struct{ name, v string }{{"capacity", o.capacity}, {"rate", o.rate}, {"cost", o.cost}} {
 		if _, err := strconv.ParseFloat(f.v, 64); err != nil {
-			return o, fmt.Errorf("--%s %q is not a number", f.name, f.v)
+			return fmt.Errorf("--%s %q is not a number", f.name, f.v)
 		}
 	}
 	n := o.keys
 	if o.prefill > 0 {
 		n = o.prefill
 	}
-	if err := (keyFormat{prefix: o.keyPrefix, width: o.keyLen}).check(n); err != nil {
-		return o, err
-	}
-	return o, nil
+	return keyFormat{prefix: o.keyPrefix, width: o.keyLen}.check(n)
 }
 
 // latency is a latency summary in microseconds.
@@ -464,7 +481,61 @@ func (w *worker) loop(rc *runCtx) {
 // atomic adds of different cores on different cache lines.
 const stripes = 16
 
+// run connects, runs the load (or the prefill) and returns its report. It
+// returns an error only when there is no run to report: too low a NOFILE
+// limit, an unusable --eval or --pid, or no connection at all. Error
+// replies, broken connections and failed readings go into the report.
 func run(o options, log io.Writer) (*report, error) {
+	rep, err := newReport(o)
+	if err != nil {
+		return nil, err
+	}
+	kf := keyFormat{prefix: o.keyPrefix, width: o.keyLen}
+	args, keyArg, err := commandArgs(o, kf)
+	if err != nil {
+		return nil, err
+	}
+	rep.Command = strings.Join(args, " ")
+	one, keyOff := appendCommand(nil, keyArg, args...)
+
+	before, err := readServerBefore(o, &rep.Server)
+	if err != nil {
+		return nil, err
+	}
+
+	connectStart := time.Now()
+	p := dialAll(o, kf, one, keyOff, log)
+	rep.ConnectSeconds = time.Since(connectStart).Seconds()
+	p.tally(rep)
+	if rep.Established == 0 {
+		p.release()
+		return nil, fmt.Errorf("no connection to %s: %s", o.addr, rep.ConnectError)
+	}
+
+	p.rc = newRunCtx(o, rep.Established)
+	rep.StartUnix = float64(p.rc.start.UnixMicro()) / 1e6
+	gc := startGCPoller(o.metricsURL, &p.rc)
+	p.setDeadlines(p.rc.end.Add(o.grace))
+	fmt.Fprintf(log, "bucketd-load: %d connected in %.2f s (%d failed); running %s for at most %s\n",
+		rep.Established, rep.ConnectSeconds, rep.ConnectFailures, rep.Mode, o.duration)
+	cpu0 := readCPU(o.pid)
+	p.release()
+	finished := time.Now()
+	rep.CPU = cpu0.until(readCPU(o.pid))
+	rep.Timeline = timelineSeconds(p.rc.timeline, gc.finish())
+	p.closeAll()
+
+	p.collect(rep, finished)
+	readServerAfter(o, &rep.Server, before)
+	if rep.Prefill != nil {
+		rep.Prefill.figure(o.prefill, rep.Requests, rep.Server)
+	}
+	return rep, nil
+}
+
+// newReport starts the report with what is known before connecting,
+// after raising the NOFILE limit to fit --conns (the report shows it).
+func newReport(o options) (*report, error) {
 	soft, hard, err := raiseNoFile(uint64(o.conns) + fdSpare)
 	if err != nil {
 		return nil, err
@@ -490,100 +561,188 @@ func run(o options, log io.Writer) (*report, error) {
 		rep.Keys = o.prefill
 		rep.Prefill = &prefillReport{Buckets: o.prefill}
 	}
-	kf := keyFormat{prefix: o.keyPrefix, width: o.keyLen}
-	rep.KeyExample = kf.template()
+	rep.KeyExample = keyFormat{prefix: o.keyPrefix, width: o.keyLen}.template()
+	return rep, nil
+}
 
-	// The command every connection sends; only the key digits change.
-	args := []string{"TB.ACQUIRE", kf.template(), o.capacity, o.rate, o.cost}
-	keyArg := 1
-	if o.eval != "" {
-		src, err := os.ReadFile(o.eval)
-		if err != nil {
-			return nil, err
-		}
-		sha, err := control(o.addr, o.dialTimeout, "SCRIPT", "LOAD", string(src))
-		if err != nil {
-			return nil, fmt.Errorf("SCRIPT LOAD %s: %w", o.eval, err)
-		}
-		args = []string{"EVALSHA", sha, "1", kf.template(), o.capacity, o.rate, o.cost}
-		keyArg = 3
+// commandArgs is the command every connection sends, and the index of its
+// key among args; only the key digits change from one request to the next.
+// With --eval it loads the script first and sends EVALSHA instead.
+func commandArgs(o options, kf keyFormat) (args []string, keyArg int, err error) {
+	if o.eval == "" {
+		return []string{"TB.ACQUIRE", kf.template(), o.capacity, o.rate, o.cost}, 1, nil
 	}
-	rep.Command = strings.Join(args, " ")
-	one, keyOff := appendCommand(nil, keyArg, args...)
+	src, err := os.ReadFile(o.eval)
+	if err != nil {
+		return nil, 0, err
+	}
+	sha, err := control(o.addr, o.dialTimeout, "SCRIPT", "LOAD", string(src))
+	if err != nil {
+		return nil, 0, fmt.Errorf("SCRIPT LOAD %s: %w", o.eval, err)
+	}
+	return []string{"EVALSHA", sha, "1", kf.template(), o.capacity, o.rate, o.cost}, 3, nil
+}
 
-	// Server readings before.
-	rep.Server.PID = o.pid
-	var sampler *rssSampler
+// serverBefore is what the readings after the run compare with.
+type serverBefore struct {
+	sampler *rssSampler // samples VmRSS during the run; nil without --pid
+	gc      gcStats
+}
+
+// readServerBefore takes the server's readings before the run: VmRSS (and
+// starts sampling it), INFO and the GC counts. Only an unreadable --pid is
+// an error; INFO and /metrics failures go into the report.
+func readServerBefore(o options, s *serverReport) (serverBefore, error) {
+	var b serverBefore
+	s.PID = o.pid
 	if o.pid > 0 {
 		m, err := readProcMem(o.pid)
 		if err != nil {
-			return nil, fmt.Errorf("--pid %d: %w", o.pid, err)
+			return b, fmt.Errorf("--pid %d: %w", o.pid, err)
 		}
-		rep.Server.RSSBefore = m.RSS
-		sampler = startRSSSampler(o.pid, 100*time.Millisecond)
+		s.RSSBefore = m.RSS
+		b.sampler = startRSSSampler(o.pid, 100*time.Millisecond)
 	}
 	if !o.noInfo {
 		if si, err := fetchInfo(o.addr, o.dialTimeout); err != nil {
-			rep.Server.InfoError = err.Error()
+			s.InfoError = err.Error()
 		} else {
-			rep.Server.Before = &si
+			s.Before = &si
 		}
 	}
-	var gcBefore gcStats
 	if o.metricsURL != "" {
-		gcBefore, err = fetchGC(o.metricsURL, o.dialTimeout)
-		if err != nil {
-			rep.Server.GCError = err.Error()
+		var err error
+		if b.gc, err = fetchGC(o.metricsURL, o.dialTimeout); err != nil {
+			s.GCError = err.Error()
 		}
 	}
+	return b, nil
+}
 
-	// Connect: each goroutine dials, checks PING, then waits for the start.
-	hists := make([]histogram, stripes)
-	scheds := make([]histogram, stripes)
-	workers := make([]*worker, o.conns)
-	var (
-		rc      runCtx
-		begin   = make(chan struct{})
-		dialed  sync.WaitGroup
-		done    sync.WaitGroup
-		sem     = make(chan struct{}, o.dialConc)
-		ping, _ = appendCommand(nil, -1, "PING")
-	)
-	connectStart := time.Now()
-	for i := 0; i < o.conns; i++ {
-		w := &worker{
-			id:     i,
-			kf:     kf,
-			keys:   uint64(o.keys),
-			rng:    o.seed*0x9e3779b97f4a7c15 + uint64(i)*0xd1b54a32d192ed03,
-			cmdLen: len(one),
-			lat:    &hists[i%stripes],
-			sched:  &scheds[i%stripes],
+// readServerAfter takes the server's readings after the run, --settle
+// later: VmRSS (peak, final, high-water mark), INFO, and the GC cycles and
+// pauses since readServerBefore.
+func readServerAfter(o options, s *serverReport, b serverBefore) {
+	if o.settle > 0 {
+		time.Sleep(o.settle)
+	}
+	if b.sampler != nil {
+		peak, n, err := b.sampler.finish()
+		s.RSSPeak, s.Samples = peak, n
+		if err != nil {
+			s.RSSError = err.Error()
 		}
-		if o.prefill > 0 {
-			w.seq = true
-			w.next = uint64(o.prefill * int64(i) / int64(o.conns))
-			w.last = uint64(o.prefill * int64(i+1) / int64(o.conns))
+		if m, err := readProcMem(o.pid); err == nil {
+			s.RSSAfter, s.HWM = m.RSS, m.HWM
+		} else if s.RSSError == "" {
+			s.RSSError = err.Error()
 		}
-		workers[i] = w
+	}
+	if !o.noInfo {
+		if si, err := fetchInfo(o.addr, o.dialTimeout); err != nil {
+			s.InfoError = err.Error()
+		} else {
+			s.After = &si
+		}
+	}
+	if o.metricsURL != "" && s.GCError == "" {
+		if g, err := fetchGC(o.metricsURL, o.dialTimeout); err != nil {
+			s.GCError = err.Error()
+		} else {
+			s.GC = &gcStats{Count: g.Count - b.gc.Count, PauseTotalS: g.PauseTotalS - b.gc.PauseTotalS}
+		}
+	}
+}
+
+// figure says whether the prefill sent every key, and how much memory each
+// bucket it created took. The keys created are INFO keys after minus
+// before, or the keys requested without INFO.
+func (p *prefillReport) figure(buckets, requests int64, s serverReport) {
+	p.Complete = requests == buckets
+	p.Created = buckets
+	b, a := s.Before, s.After
+	if b != nil && a != nil {
+		p.Created = a.Keys - b.Keys
+	}
+	if p.Created <= 0 {
+		return
+	}
+	if s.RSSAfter > 0 {
+		p.RSSPerBucket = float64(s.RSSAfter-s.RSSBefore) / float64(p.Created)
+	}
+	if b != nil && a != nil {
+		p.UsedMemPerBuckt = float64(a.UsedMemory-b.UsedMemory) / float64(p.Created)
+	}
+}
+
+// pool is the run's connections, one worker goroutine each. A goroutine
+// dials, then waits for begin, and reads rc only after begin is closed, so
+// run fills rc in between.
+type pool struct {
+	workers       []*worker
+	hists, scheds []histogram // striped: worker i records into [i%stripes]
+	rc            runCtx
+	begin         chan struct{}
+	done          sync.WaitGroup
+}
+
+// dialAll starts every connection's goroutine, at most --dial-concurrency
+// of them dialing at once, and returns when each has connected or failed.
+func dialAll(o options, kf keyFormat, one []byte, keyOff int, log io.Writer) *pool {
+	p := &pool{
+		workers: make([]*worker, o.conns),
+		hists:   make([]histogram, stripes),
+		scheds:  make([]histogram, stripes),
+		begin:   make(chan struct{}),
+	}
+	var dialed sync.WaitGroup
+	sem := make(chan struct{}, o.dialConc)
+	ping, _ := appendCommand(nil, -1, "PING")
+	for i := range p.workers {
+		w := p.newWorker(o, i, kf, len(one))
+		p.workers[i] = w
 		dialed.Add(1)
-		done.Add(1)
+		p.done.Add(1)
 		go func() {
-			defer done.Done()
+			defer p.done.Done()
 			sem <- struct{}{}
 			w.dialErr = w.connect(o.addr, o.dialTimeout, ping, one, keyOff, o.pipeline)
 			<-sem
 			dialed.Done()
-			<-begin
+			<-p.begin
 			if w.dialErr == nil {
-				w.loop(&rc)
+				w.loop(&p.rc)
 			}
 		}()
 	}
 	fmt.Fprintf(log, "bucketd-load: opening %d connections to %s\n", o.conns, o.addr)
 	dialed.Wait()
-	rep.ConnectSeconds = time.Since(connectStart).Seconds()
-	for _, w := range workers {
+	return p
+}
+
+// newWorker is connection i before it dials. In prefill mode it owns the
+// keys [N*i/conns, N*(i+1)/conns), so the connections write 0..N-1 once.
+func (p *pool) newWorker(o options, i int, kf keyFormat, cmdLen int) *worker {
+	w := &worker{
+		id:     i,
+		kf:     kf,
+		keys:   uint64(o.keys),
+		rng:    o.seed*0x9e3779b97f4a7c15 + uint64(i)*0xd1b54a32d192ed03,
+		cmdLen: cmdLen,
+		lat:    &p.hists[i%stripes],
+		sched:  &p.scheds[i%stripes],
+	}
+	if o.prefill > 0 {
+		w.seq = true
+		w.next = uint64(o.prefill * int64(i) / int64(o.conns))
+		w.last = uint64(o.prefill * int64(i+1) / int64(o.conns))
+	}
+	return w
+}
+
+// tally counts the connections established and failed.
+func (p *pool) tally(rep *report) {
+	for _, w := range p.workers {
 		if w.dialErr != nil {
 			rep.ConnectFailures++
 			if rep.ConnectError == "" {
@@ -593,96 +752,43 @@ func run(o options, log io.Writer) (*report, error) {
 			rep.Established++
 		}
 	}
-	if rep.Established == 0 {
-		close(begin)
-		done.Wait()
-		return nil, fmt.Errorf("no connection to %s: %s", o.addr, rep.ConnectError)
-	}
+}
 
-	rc = runCtx{conns: o.conns, pipeline: o.pipeline}
-	if o.requests > 0 {
-		rc.budget = new(atomic.Int64)
-		rc.budget.Store(o.requests)
-	}
-	if o.qps > 0 {
-		// Each connection runs qps/established requests per second, in
-		// rounds of pipeline requests.
-		rc.interval = time.Duration(float64(time.Second) * float64(o.pipeline) * float64(rep.Established) / o.qps)
-		rc.conns = o.conns
-	}
-	rc.start = time.Now().Add(20 * time.Millisecond)
-	rc.end = rc.start.Add(o.duration)
-	rc.warmEnd = rc.start.Add(o.warmup)
-	rep.StartUnix = float64(rc.start.UnixMicro()) / 1e6
-	var gcTimeline []int64
-	stopGC := make(chan struct{})
-	var gcPoll sync.WaitGroup
-	if o.timeline {
-		secs := int((o.duration + time.Second - 1) / time.Second)
-		rc.timeline = make([]histogram, secs)
-		gcTimeline = make([]int64, secs+1) // GC count read at each second boundary
-		for i := range gcTimeline {
-			gcTimeline[i] = -1
-		}
-		if o.metricsURL != "" {
-			gcPoll.Add(1)
-			go func() {
-				defer gcPoll.Done()
-				for i := range gcTimeline {
-					select {
-					case <-stopGC:
-						return
-					case <-time.After(time.Until(rc.start.Add(time.Duration(i) * time.Second))):
-					}
-					if g, err := fetchGC(o.metricsURL, time.Second); err == nil {
-						gcTimeline[i] = g.Count
-					}
-				}
-			}()
-		}
-	}
-	for _, w := range workers {
+// setDeadlines bounds every connection's reads and writes, so a server
+// that stops answering cannot hold the run past its end plus --grace.
+func (p *pool) setDeadlines(t time.Time) {
+	for _, w := range p.workers {
 		if w.dialErr == nil {
-			_ = w.conn.SetDeadline(rc.end.Add(o.grace))
+			_ = w.conn.SetDeadline(t)
 		}
 	}
-	fmt.Fprintf(log, "bucketd-load: %d connected in %.2f s (%d failed); running %s for at most %s\n",
-		rep.Established, rep.ConnectSeconds, rep.ConnectFailures, rep.Mode, o.duration)
-	cpu0 := readCPU(o.pid)
-	close(begin)
-	done.Wait()
-	finished := time.Now()
-	rep.CPU = cpu0.until(readCPU(o.pid))
-	close(stopGC)
-	gcPoll.Wait()
-	for i := range rc.timeline {
-		h := &rc.timeline[i]
-		sec := second{At: i, Requests: h.total(), GC: -1}
-		if sec.Requests == 0 {
-			continue
-		}
-		us := func(ns uint64) float64 { return float64(ns) / 1e3 }
-		sec.P50, sec.P99, sec.P999 = us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.quantile(0.999))
-		sec.Max = us(h.quantile(1))
-		if gcTimeline[i] >= 0 && gcTimeline[i+1] >= 0 {
-			sec.GC = gcTimeline[i+1] - gcTimeline[i]
-		}
-		rep.Timeline = append(rep.Timeline, sec)
-	}
-	for _, w := range workers {
+}
+
+// release lets every goroutine go and waits for all of them to end: the
+// connected ones run the load, the others just return.
+func (p *pool) release() {
+	close(p.begin)
+	p.done.Wait()
+}
+
+func (p *pool) closeAll() {
+	for _, w := range p.workers {
 		if w.conn != nil {
 			w.conn.Close()
 		}
 	}
+}
 
-	// Results.
+// collect adds the workers' counts and latencies into rep. Throughput is
+// measured from the end of the warm-up to finished.
+func (p *pool) collect(rep *report, finished time.Time) {
 	var all, allSched histogram
-	for i := range hists {
-		all.merge(&hists[i])
-		allSched.merge(&scheds[i])
+	for i := range p.hists {
+		all.merge(&p.hists[i])
+		allSched.merge(&p.scheds[i])
 	}
 	var maxNS uint64
-	for _, w := range workers {
+	for _, w := range p.workers {
 		rep.Requests += w.requests
 		rep.Measured += w.measured
 		rep.Allowed += w.allowed
@@ -699,71 +805,116 @@ func run(o options, log io.Writer) (*report, error) {
 			}
 		}
 	}
-	measuredFrom := rc.warmEnd
-	window := finished.Sub(measuredFrom)
-	if window > 0 {
+	if window := finished.Sub(p.rc.warmEnd); window > 0 {
 		rep.Seconds = window.Seconds()
 		rep.Throughput = float64(rep.Measured) / window.Seconds()
 	}
 	rep.Latency = summarize(&all, maxNS)
-	if rc.interval > 0 {
-		var schedMax uint64
-		for i := histCounts - 1; i >= 0; i-- {
-			if allSched.counts[i] > 0 {
-				schedMax = bucketHigh(i)
-				break
-			}
-		}
-		s := summarize(&allSched, schedMax)
+	if p.rc.interval > 0 {
+		s := summarize(&allSched, highestSlot(&allSched))
 		rep.Scheduled = &s
 	}
+}
 
-	// Server readings after.
-	if o.settle > 0 {
-		time.Sleep(o.settle)
-	}
-	if sampler != nil {
-		peak, n, err := sampler.finish()
-		rep.Server.RSSPeak, rep.Server.Samples = peak, n
-		if err != nil {
-			rep.Server.RSSError = err.Error()
-		}
-		if m, err := readProcMem(o.pid); err == nil {
-			rep.Server.RSSAfter, rep.Server.HWM = m.RSS, m.HWM
-		} else if rep.Server.RSSError == "" {
-			rep.Server.RSSError = err.Error()
+// highestSlot is the upper bound of the highest slot of h in use (0 when
+// h is empty): the from-schedule latency keeps no exact maximum.
+func highestSlot(h *histogram) uint64 {
+	for i := histCounts - 1; i >= 0; i-- {
+		if h.counts[i] > 0 {
+			return bucketHigh(i)
 		}
 	}
-	if !o.noInfo {
-		if si, err := fetchInfo(o.addr, o.dialTimeout); err != nil {
-			rep.Server.InfoError = err.Error()
-		} else {
-			rep.Server.After = &si
-		}
+	return 0
+}
+
+// newRunCtx sets the run's schedule, its request budget and its timeline.
+// The run starts 20 ms from now and ends --duration later.
+func newRunCtx(o options, established int) runCtx {
+	rc := runCtx{conns: o.conns, pipeline: o.pipeline}
+	if o.requests > 0 {
+		rc.budget = new(atomic.Int64)
+		rc.budget.Store(o.requests)
 	}
-	if o.metricsURL != "" && rep.Server.GCError == "" {
-		if g, err := fetchGC(o.metricsURL, o.dialTimeout); err != nil {
-			rep.Server.GCError = err.Error()
-		} else {
-			rep.Server.GC = &gcStats{Count: g.Count - gcBefore.Count, PauseTotalS: g.PauseTotalS - gcBefore.PauseTotalS}
-		}
+	if o.qps > 0 {
+		// Each connection runs qps/established requests per second, in
+		// rounds of pipeline requests.
+		rc.interval = time.Duration(float64(time.Second) * float64(o.pipeline) * float64(established) / o.qps)
 	}
-	if p := rep.Prefill; p != nil {
-		p.Complete = rep.Requests == o.prefill
-		p.Created = o.prefill
-		if b, a := rep.Server.Before, rep.Server.After; b != nil && a != nil {
-			p.Created = a.Keys - b.Keys
-		}
-		if p.Created > 0 {
-			if rep.Server.RSSAfter > 0 {
-				p.RSSPerBucket = float64(rep.Server.RSSAfter-rep.Server.RSSBefore) / float64(p.Created)
+	rc.start = time.Now().Add(20 * time.Millisecond)
+	rc.end = rc.start.Add(o.duration)
+	rc.warmEnd = rc.start.Add(o.warmup)
+	if o.timeline {
+		rc.timeline = make([]histogram, int((o.duration+time.Second-1)/time.Second))
+	}
+	return rc
+}
+
+// gcPoller reads the server's GC count from --metrics-url at every second
+// boundary of the run, for the timeline's GC cycles per second.
+type gcPoller struct {
+	counts []int64 // GC count read at second i of the run; -1 unknown
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// startGCPoller polls only with a timeline and a --metrics-url; without a
+// timeline it keeps no counts, without a URL every count stays unknown.
+func startGCPoller(url string, rc *runCtx) *gcPoller {
+	g := &gcPoller{stop: make(chan struct{})}
+	if rc.timeline == nil {
+		return g
+	}
+	g.counts = make([]int64, len(rc.timeline)+1) // one per second boundary
+	for i := range g.counts {
+		g.counts[i] = -1
+	}
+	if url == "" {
+		return g
+	}
+	start := rc.start
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		for i := range g.counts {
+			select {
+			case <-g.stop:
+				return
+			case <-time.After(time.Until(start.Add(time.Duration(i) * time.Second))):
 			}
-			if b, a := rep.Server.Before, rep.Server.After; b != nil && a != nil {
-				p.UsedMemPerBuckt = float64(a.UsedMemory-b.UsedMemory) / float64(p.Created)
+			if gc, err := fetchGC(url, time.Second); err == nil {
+				g.counts[i] = gc.Count
 			}
 		}
+	}()
+	return g
+}
+
+// finish stops polling and returns the counts read.
+func (g *gcPoller) finish() []int64 {
+	close(g.stop)
+	g.wg.Wait()
+	return g.counts
+}
+
+// timelineSeconds summarizes every second of the run that saw a request;
+// gc holds the GC count at each second boundary (-1 unknown).
+func timelineSeconds(hists []histogram, gc []int64) []second {
+	var out []second
+	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+	for i := range hists {
+		h := &hists[i]
+		sec := second{At: i, Requests: h.total(), GC: -1}
+		if sec.Requests == 0 {
+			continue
+		}
+		sec.P50, sec.P99, sec.P999 = us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.quantile(0.999))
+		sec.Max = us(h.quantile(1))
+		if gc[i] >= 0 && gc[i+1] >= 0 {
+			sec.GC = gc[i+1] - gc[i]
+		}
+		out = append(out, sec)
 	}
-	return rep, nil
+	return out
 }
 
 type cpuSample struct {
@@ -834,10 +985,30 @@ func (w *worker) connect(addr string, timeout time.Duration, ping, one []byte, k
 	return nil
 }
 
+// printf prints one line of the text report.
+type printf func(format string, a ...any)
+
+func mib(b int64) string   { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func ms(us float64) string { return fmt.Sprintf("%.3f ms", us/1e3) }
+
 func (r *report) print(out io.Writer) {
-	p := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
-	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	ms := func(us float64) string { return fmt.Sprintf("%.3f ms", us/1e3) }
+	p := printf(func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) })
+	r.printRun(p)
+	r.printLatency(p)
+	if pr := r.Prefill; pr != nil {
+		pr.print(p)
+	}
+	r.Server.print(p)
+	if c := r.CPU; c != nil {
+		p("  CPU (cores)   server %.2f, client %.2f, machine busy %.2f of %d, so other processes %.2f (%.2f of it niced)",
+			c.ServerCores, c.ClientCores, c.BusyCores, c.Cores, c.OtherCores, c.NicedCores)
+	}
+	c := r.Client
+	p("  client        GOMAXPROCS %d of %d CPUs, NOFILE %d/%d, %s", c.GOMAXPROCS, c.NumCPU, c.NoFileSoft, c.NoFileHard, c.GoVersion)
+}
+
+// printRun prints what was run and what came back.
+func (r *report) printRun(p printf) {
 	p("bucketd-load: %s against %s", r.Mode, r.Addr)
 	p("  command       %s   (key e.g. %s, keyspace %d)", r.Command, r.KeyExample, r.Keys)
 	p("  connections   %d established of %d, %d failed, in %.2f s", r.Established, r.ConnsRequested, r.ConnectFailures, r.ConnectSeconds)
@@ -856,6 +1027,10 @@ func (r *report) print(out io.Writer) {
 	if r.FirstError != "" {
 		p("                first: %s", r.FirstError)
 	}
+}
+
+// printLatency prints the latency quantiles and the timeline.
+func (r *report) printLatency(p printf) {
 	l := r.Latency
 	p("  latency       p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s  (write to last reply of a round)",
 		ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(l.Mean))
@@ -869,16 +1044,19 @@ func (r *report) print(out io.Writer) {
 			p("    %4d  %8d  %7.3f / %7.3f / %7.3f / %7.3f  %d", t.At, t.Requests, t.P50/1e3, t.P99/1e3, t.P999/1e3, t.Max/1e3, t.GC)
 		}
 	}
-	if pr := r.Prefill; pr != nil {
-		p("  prefill       %d buckets requested, %d keys added, complete=%v", pr.Buckets, pr.Created, pr.Complete)
-		if pr.RSSPerBucket != 0 {
-			p("                %.1f bytes per bucket by VmRSS", pr.RSSPerBucket)
-		}
-		if pr.UsedMemPerBuckt != 0 {
-			p("                %.1f bytes per bucket by INFO used_memory", pr.UsedMemPerBuckt)
-		}
+}
+
+func (pr *prefillReport) print(p printf) {
+	p("  prefill       %d buckets requested, %d keys added, complete=%v", pr.Buckets, pr.Created, pr.Complete)
+	if pr.RSSPerBucket != 0 {
+		p("                %.1f bytes per bucket by VmRSS", pr.RSSPerBucket)
 	}
-	s := r.Server
+	if pr.UsedMemPerBuckt != 0 {
+		p("                %.1f bytes per bucket by INFO used_memory", pr.UsedMemPerBuckt)
+	}
+}
+
+func (s *serverReport) print(p printf) {
 	if s.PID > 0 {
 		p("  server pid %d VmRSS before %s, peak %s, after %s (VmHWM %s, %d samples)",
 			s.PID, mib(s.RSSBefore), mib(s.RSSPeak), mib(s.RSSAfter), mib(s.HWM), s.Samples)
@@ -903,10 +1081,4 @@ func (r *report) print(out io.Writer) {
 	if s.GCError != "" {
 		p("                GC: %s", s.GCError)
 	}
-	if c := r.CPU; c != nil {
-		p("  CPU (cores)   server %.2f, client %.2f, machine busy %.2f of %d, so other processes %.2f (%.2f of it niced)",
-			c.ServerCores, c.ClientCores, c.BusyCores, c.Cores, c.OtherCores, c.NicedCores)
-	}
-	c := r.Client
-	p("  client        GOMAXPROCS %d of %d CPUs, NOFILE %d/%d, %s", c.GOMAXPROCS, c.NumCPU, c.NoFileSoft, c.NoFileHard, c.GoVersion)
 }
