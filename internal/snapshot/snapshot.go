@@ -50,12 +50,14 @@ var ErrCorrupt = errors.New("snapshot is corrupt")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// kindByte is each kind's byte in the file.
+var kindByte = [...]byte{shard.TokenBucket: 0, shard.GCRA: 1}
+
 // Write stores the records in path atomically: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. next is called until it
 // returns false; it lets the caller stream records without building a slice.
 func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool)) (n int, err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
@@ -65,54 +67,65 @@ func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool))
 			os.Remove(tmp.Name())
 		}
 	}()
+	if n, err = encode(tmp, takenUnixMicros, next); err != nil {
+		return 0, fmt.Errorf("snapshot: writing %s: %w", tmp.Name(), err)
+	}
+	return n, commit(tmp, path)
+}
+
+// encode writes the whole file body to w: header, records, end marker and
+// checksum.
+func encode(w io.Writer, takenUnixMicros int64, next func() (shard.Record, bool)) (int, error) {
 	crc := crc32.New(castagnoli)
-	w := bufio.NewWriterSize(io.MultiWriter(tmp, crc), 1<<16)
-	var buf [binary.MaxVarintLen64 + 8]byte
-	w.WriteString(magic)
-	binary.LittleEndian.PutUint64(buf[:8], uint64(takenUnixMicros))
-	w.Write(buf[:8])
-	for {
-		r, ok := next()
-		if !ok {
-			break
-		}
-		w.Write([]byte{1, kindByte[r.Kind]})
-		w.Write(buf[:binary.PutUvarint(buf[:], uint64(len(r.Key)))])
-		w.WriteString(r.Key)
-		last := r.State.Last
-		if r.Kind == shard.GCRA {
-			last = r.TAT
-		}
-		for _, f := range []float64{r.State.Tokens, r.Limit.Capacity, r.Limit.Rate} {
-			binary.LittleEndian.PutUint64(buf[:8], math.Float64bits(f))
-			w.Write(buf[:8])
-		}
-		binary.LittleEndian.PutUint64(buf[:8], uint64(last))
-		w.Write(buf[:8])
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
+	bw.WriteString(magic)
+	bw.Write(binary.LittleEndian.AppendUint64(nil, uint64(takenUnixMicros)))
+	n := 0
+	var buf []byte
+	for r, ok := next(); ok; r, ok = next() {
+		buf = appendRecord(buf[:0], &r)
+		bw.Write(buf)
 		n++
 	}
-	w.WriteByte(0)
-	if err := w.Flush(); err != nil {
-		return 0, fmt.Errorf("snapshot: writing %s: %w", tmp.Name(), err)
+	bw.WriteByte(0)
+	if err := bw.Flush(); err != nil { // reports the first failed write above too
+		return 0, err
 	}
-	binary.LittleEndian.PutUint32(buf[:4], crc.Sum32())
-	if _, err := tmp.Write(buf[:4]); err != nil {
-		return 0, fmt.Errorf("snapshot: writing %s: %w", tmp.Name(), err)
+	_, err := w.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
+	return n, err
+}
+
+// appendRecord appends r in the file's record format.
+func appendRecord(b []byte, r *shard.Record) []byte {
+	b = append(b, 1, kindByte[r.Kind])
+	b = binary.AppendUvarint(b, uint64(len(r.Key)))
+	b = append(b, r.Key...)
+	last := r.State.Last
+	if r.Kind == shard.GCRA {
+		last = r.TAT
 	}
+	for _, f := range []float64{r.State.Tokens, r.Limit.Capacity, r.Limit.Rate} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return binary.LittleEndian.AppendUint64(b, uint64(last))
+}
+
+// commit makes the written temporary file the snapshot at path.
+func commit(tmp *os.File, path string) error {
 	if err := tmp.Sync(); err != nil {
-		return 0, fmt.Errorf("snapshot: syncing %s: %w", tmp.Name(), err)
+		return fmt.Errorf("snapshot: syncing %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+		return fmt.Errorf("snapshot: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+		return fmt.Errorf("snapshot: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync() //nolint:errcheck // best effort: some filesystems cannot sync directories
 		d.Close()
 	}
-	return n, nil
+	return nil
 }
 
 // Read loads a snapshot. A missing file returns an error for which
@@ -126,22 +139,17 @@ func Read(path string, fn func(shard.Record)) (takenUnixMicros int64, n int, err
 	}
 	defer f.Close()
 	// First pass: verify the checksum without keeping the records.
-	if err := verify(f); err != nil {
+	if _, _, err := decode(f, true, nil); err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, 0, err
 	}
-	taken, n, err := decode(bufio.NewReaderSize(f, 1<<16), false, fn)
+	taken, n, err := decode(f, false, fn)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	return taken, n, nil
-}
-
-func verify(f *os.File) error {
-	_, _, err := decode(bufio.NewReaderSize(f, 1<<16), true, nil)
-	return err
 }
 
 func corrupt(format string, args ...any) error {
@@ -150,87 +158,123 @@ func corrupt(format string, args ...any) error {
 
 // decode reads the records and hands them to fn (if not nil); with check it
 // also verifies the trailer against the CRC of exactly the bytes decoded.
-func decode(r *bufio.Reader, check bool, fn func(shard.Record)) (int64, int, error) {
-	var consumed int64
-	read := func(p []byte) error {
-		_, err := io.ReadFull(r, p)
-		consumed += int64(len(p))
-		if err != nil {
-			return corrupt("truncated after %d bytes", consumed-int64(len(p)))
-		}
-		return nil
+func decode(f io.Reader, check bool, fn func(shard.Record)) (int64, int, error) {
+	d := &decoder{r: bufio.NewReaderSize(f, 1<<16)}
+	if check {
+		d.sum = crc32.New(castagnoli)
 	}
-	head := make([]byte, len(magic)+8)
-	if err := read(head); err != nil {
+	taken, err := d.header()
+	if err != nil {
 		return 0, 0, err
 	}
-	if string(head[:len(magic)]) != magic {
-		return 0, 0, corrupt("not a bucketd snapshot (bad magic)")
-	}
-	taken := int64(binary.LittleEndian.Uint64(head[len(magic):]))
-	checker := &crcAt{}
-	if check {
-		checker.sum = crc32.New(castagnoli)
-		checker.sum.Write(head)
-	}
 	n := 0
-	var fixed [32]byte
-	var flag [2]byte
 	for {
-		if err := read(flag[:1]); err != nil {
-			return 0, 0, err
-		}
-		checker.add(flag[:1])
-		if flag[0] == 0 {
-			break
-		}
-		if flag[0] != 1 {
-			return 0, 0, corrupt("bad record marker %d at byte %d", flag[0], consumed-1)
-		}
-		if err := read(flag[1:2]); err != nil {
-			return 0, 0, err
-		}
-		checker.add(flag[1:2])
-		keyLen, err := binary.ReadUvarint(byteCounter{r, &consumed, checker})
+		rec, more, err := d.record(n)
 		if err != nil {
-			return 0, 0, corrupt("truncated key length at byte %d", consumed)
-		}
-		if keyLen > MaxKeyBytes {
-			return 0, 0, corrupt("key length %d at byte %d is beyond the limit", keyLen, consumed)
-		}
-		key := make([]byte, keyLen)
-		if err := read(key); err != nil {
 			return 0, 0, err
 		}
-		checker.add(key)
-		if err := read(fixed[:]); err != nil {
-			return 0, 0, err
-		}
-		checker.add(fixed[:])
-		rec, ok := record(string(key), flag[1], fixed)
-		if !ok {
-			return 0, 0, corrupt("record %d (%q) has impossible values", n, key)
+		if !more {
+			break
 		}
 		if fn != nil {
 			fn(rec)
 		}
 		n++
 	}
-	var trailer [4]byte
-	if err := read(trailer[:]); err != nil {
-		return 0, 0, err
-	}
-	if check && binary.LittleEndian.Uint32(trailer[:]) != checker.sum.Sum32() {
-		return 0, 0, corrupt("checksum mismatch")
-	}
-	if _, err := r.ReadByte(); err != io.EOF {
-		return 0, 0, corrupt("bytes after the checksum")
-	}
-	return taken, n, nil
+	return taken, n, d.trailer(check)
 }
 
-// kindByte is each kind's byte in the file.
-var kindByte = [...]byte{shard.TokenBucket: 0, shard.GCRA: 1}
+// decoder reads the file's parts, counting the bytes it consumes (for
+// error messages) and summing them when it checks the CRC.
+type decoder struct {
+	r        *bufio.Reader
+	consumed int64
+	sum      hash.Hash32 // nil: no check
+}
+
+func (d *decoder) read(p []byte) error {
+	_, err := io.ReadFull(d.r, p)
+	d.consumed += int64(len(p))
+	if err != nil {
+		return corrupt("truncated after %d bytes", d.consumed-int64(len(p)))
+	}
+	if d.sum != nil {
+		d.sum.Write(p)
+	}
+	return nil
+}
+
+// ReadByte makes the decoder an io.ByteReader for binary.ReadUvarint.
+func (d *decoder) ReadByte() (byte, error) {
+	var b [1]byte
+	err := d.read(b[:])
+	return b[0], err
+}
+
+func (d *decoder) header() (int64, error) {
+	head := make([]byte, len(magic)+8)
+	if err := d.read(head); err != nil {
+		return 0, err
+	}
+	if string(head[:len(magic)]) != magic {
+		return 0, corrupt("not a bucketd snapshot (bad magic)")
+	}
+	return int64(binary.LittleEndian.Uint64(head[len(magic):])), nil
+}
+
+// record reads record n; more is false at the end-of-records marker.
+func (d *decoder) record(n int) (rec shard.Record, more bool, err error) {
+	var flag [2]byte
+	if err := d.read(flag[:1]); err != nil || flag[0] == 0 {
+		return rec, false, err
+	}
+	if flag[0] != 1 {
+		return rec, false, corrupt("bad record marker %d at byte %d", flag[0], d.consumed-1)
+	}
+	if err := d.read(flag[1:2]); err != nil {
+		return rec, false, err
+	}
+	keyLen, err := binary.ReadUvarint(d)
+	if err != nil {
+		return rec, false, corrupt("truncated key length at byte %d", d.consumed)
+	}
+	if keyLen > MaxKeyBytes {
+		return rec, false, corrupt("key length %d at byte %d is beyond the limit", keyLen, d.consumed)
+	}
+	key := make([]byte, keyLen)
+	var fixed [32]byte
+	if err := d.read(key); err != nil {
+		return rec, false, err
+	}
+	if err := d.read(fixed[:]); err != nil {
+		return rec, false, err
+	}
+	rec, ok := record(string(key), flag[1], fixed)
+	if !ok {
+		return rec, false, corrupt("record %d (%q) has impossible values", n, key)
+	}
+	return rec, true, nil
+}
+
+// trailer reads the checksum (and compares it, with check) and makes sure
+// nothing follows it.
+func (d *decoder) trailer(check bool) error {
+	var want uint32
+	if d.sum != nil {
+		want = d.sum.Sum32()
+	}
+	var trailer [4]byte
+	if err := d.read(trailer[:]); err != nil {
+		return err
+	}
+	if check && binary.LittleEndian.Uint32(trailer[:]) != want {
+		return corrupt("checksum mismatch")
+	}
+	if _, err := d.r.ReadByte(); err != io.EOF {
+		return corrupt("bytes after the checksum")
+	}
+	return nil
+}
 
 // record builds a Record from its kind byte and its fixed fields, and
 // reports whether the values can be those of a bucket.
@@ -248,29 +292,4 @@ func record(key string, kind byte, fixed [32]byte) (shard.Record, bool) {
 	ok := kind == kindByte[shard.TokenBucket] && r.Limit.Capacity > 0 && r.Limit.Rate > 0 &&
 		r.State.Tokens >= 0 && r.State.Tokens <= r.Limit.Capacity
 	return r, ok
-}
-
-// crcAt sums exactly the decoded bytes.
-type crcAt struct{ sum hash.Hash32 }
-
-func (c *crcAt) add(p []byte) {
-	if c.sum != nil {
-		c.sum.Write(p)
-	}
-}
-
-// byteCounter feeds binary.ReadUvarint while counting and summing bytes.
-type byteCounter struct {
-	r   *bufio.Reader
-	n   *int64
-	crc *crcAt
-}
-
-func (b byteCounter) ReadByte() (byte, error) {
-	c, err := b.r.ReadByte()
-	if err == nil {
-		*b.n++
-		b.crc.add([]byte{c})
-	}
-	return c, err
 }
