@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,6 +158,26 @@ func (p *process) client(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// infoField returns the integer field of INFO section read through c.
+func infoField(t *testing.T, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO: %v", err)
+	}
+	for line := range strings.SplitSeq(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s = %q", field, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO has no %s", field)
+	return 0
 }
 
 func TestRedisCLISession(t *testing.T) {

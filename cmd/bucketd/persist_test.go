@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 func (p *process) stop(t *testing.T) {
@@ -82,20 +83,14 @@ func TestSnapshotRestartKeepsDrainedKey(t *testing.T) {
 	}
 }
 
-func rssBytes(t *testing.T, pid int) int64 {
+// rss returns the resident memory of the running binary in bytes.
+func (p *process) rss(t *testing.T) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := testkit.ReadMemory(p.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return kb * 1024
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return m.RSS
 }
 
 // TestMaxBucketsBoundsMemory: 500,000 distinct live buckets against
@@ -113,7 +108,7 @@ func TestMaxBucketsBoundsMemory(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	base := rssBytes(t, p.cmd.Process.Pid)
+	base := p.rss(t)
 	peak := base
 	for batch := range 500 {
 		pipe := c.Pipeline()
@@ -124,7 +119,7 @@ func TestMaxBucketsBoundsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		if batch%50 == 49 {
-			peak = max(peak, rssBytes(t, p.cmd.Process.Pid))
+			peak = max(peak, p.rss(t))
 		}
 	}
 	n, err := c.DBSize(ctx).Result()
