@@ -45,7 +45,7 @@ func TestChaosReplicate(t *testing.T) {
 	// INFO connection) and calling.
 	c := p.client(t)
 	testkit.Eventually(t, 10*time.Second, "10 clients connected and calling", func() bool {
-		return infoField(t, c, "clients", "connected_clients") >= 11 && l.made() >= 100
+		return infoField(t, c, "clients", "connected_clients") >= 11 && infoField(t, c, "bucketd", "acquire_allowed_total") >= 100
 	})
 	baseGoroutines := p.goroutines(t)
 	baseRSS := p.rss(t)

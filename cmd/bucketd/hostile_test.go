@@ -383,6 +383,26 @@ func (h *hostileServer) serverLatency() string {
 	return "no pipeline histogram"
 }
 
+// infoField returns the integer field of INFO section read through c.
+func infoField(t *testing.T, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO: %v", err)
+	}
+	for line := range strings.SplitSeq(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s = %q", field, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO has no %s", field)
+	return 0
+}
+
 // info returns one field of INFO, read on a new connection.
 func (h *hostileServer) info(field string) int64 {
 	h.t.Helper()
@@ -834,6 +854,17 @@ func watchReplies(c net.Conn, written *atomic.Int64, d time.Duration) *replyWatc
 	return w
 }
 
+// wait waits at most d for the watcher to see the connection end (or its
+// read deadline pass); after it, the watcher's fields are final.
+func (w *replyWatcher) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(d):
+		t.Fatal("reply watcher stuck")
+	}
+}
+
 // 4a. A bulk string announced as 512 MB and trickled at 4 KiB per 10 ms for up
 // to 2 s: refused at the header (the guard refuses a bulk longer than
 // --max-query-bytes), the connection closed, so the trickle fails at once.
@@ -853,13 +884,7 @@ func TestHostileTrickledHugeBulk(t *testing.T) {
 			payload := bytes.Repeat([]byte("v"), 4096)
 			err := trickle(c, func(n int) []byte { return payload[:n] }, 4096, 10*time.Millisecond, 2*time.Second, &written)
 			trickled := time.Since(start)
-			select {
-			case <-w.done:
-			case <-time.After(6 * time.Second):
-				t.Fatal("reply watcher stuck")
-			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
+			w.wait(t, 6*time.Second)
 			want := "+PONG\r\n" + protoErr("invalid bulk length")
 			t.Logf("512 MB bulk: refused %v after the header, with %d payload bytes written; closed after %v; trickle stopped after %v (%v)",
 				w.firstAt.Sub(start).Round(time.Microsecond), w.writtenThen, w.closedAt.Sub(start).Round(time.Microsecond), trickled.Round(time.Millisecond), err)
@@ -899,13 +924,7 @@ func TestHostileTrickledCommandOverQueryLimit(t *testing.T) {
 	}
 	start := time.Now()
 	err := trickle(c, src, 8192, 10*time.Millisecond, 4*time.Second, &written)
-	select {
-	case <-w.done:
-	case <-time.After(8 * time.Second):
-		t.Fatal("reply watcher stuck")
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wait(t, 8*time.Second)
 	want := protoErr("query buffer exceeded 1048576 bytes (see --max-query-bytes)")
 	t.Logf("4 MB command: refused after %v with %d bytes written (limit %d); trickle stopped with %d written (%v)",
 		w.firstAt.Sub(start).Round(time.Millisecond), w.writtenThen, hostileMaxQuery1MiB, written.Load(), err)

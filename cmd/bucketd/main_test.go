@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,24 +159,20 @@ func (p *process) client(t *testing.T) *redis.Client {
 	return c
 }
 
-// infoField returns the integer field of INFO section read through c.
-func infoField(t *testing.T, c *redis.Client, section, field string) int64 {
+// stop sends SIGTERM and waits (at most 15 s) for a clean exit.
+func (p *process) stop(t *testing.T) {
 	t.Helper()
-	s, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatalf("INFO: %v", err)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(s, "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s = %q", field, v)
-			}
-			return n
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr)
 		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit after SIGTERM")
 	}
-	t.Fatalf("INFO has no %s", field)
-	return 0
 }
 
 func TestRedisCLISession(t *testing.T) {

@@ -7,27 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/bucketd/bucketd/internal/testkit"
 )
-
-func (p *process) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, p.stderr)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
-}
 
 // TestSnapshotRestartKeepsDrainedKey: drain a key, SIGTERM, restart with
 // the same --data-dir: still drained. Truncate the snapshot: a clear error

@@ -103,13 +103,6 @@ func hammer(addr string, clients, keys int, prefix, capacity, rate string) *load
 	return l
 }
 
-// made returns the number of calls so far.
-func (l *load) made() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.calls
-}
-
 // end stops the clients and returns calls, errors and the slowest reply.
 func (l *load) end() (calls, errs int, slowest time.Duration) {
 	close(l.stop)

@@ -14,13 +14,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// errWrongPass is the reply to a wrong password, as clients see it.
+const errWrongPass = "WRONGPASS invalid username-password pair or user is disabled."
+
 func TestRequirePass(t *testing.T) {
 	ts := startServer(t, func(cfg *resp.Config) { cfg.RequirePass = "s3cret" })
 	c := ts.Dial(t)
 	for _, step := range []struct{ send, want string }{
 		{"PING\r\n", "-NOAUTH Authentication required.\r\n"},
 		{"TB.ACQUIRE k 10 1\r\n", "-NOAUTH Authentication required.\r\n"},
-		{"HELLO 2\r\n", "-" + errHelloNoAuth + "\r\n"},
+		{"HELLO 2\r\n", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
 		{"AUTH wrong\r\n", "-" + errWrongPass + "\r\n"},
 		{"AUTH bob s3cret\r\n", "-" + errWrongPass + "\r\n"},
 		{"AUTH s3cret\r\n", "+OK\r\n"},
@@ -73,7 +76,7 @@ func TestMaxClients(t *testing.T) {
 		c.Line(t)
 	}
 	third := ts.Dial(t)
-	if got := third.Line(t); got != "-"+errMaxClients+"\r\n" {
+	if got := third.Line(t); got != "-ERR max number of clients reached\r\n" {
 		t.Fatalf("third client: %q", got)
 	}
 	third.ExpectClosed(t)

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,26 +28,12 @@ func startServer(t testing.TB, adjust func(*resp.Config)) *testserver.Server {
 	return testserver.Start(t, testserver.Options{Server: adjust})
 }
 
-// Error replies as clients see them: the tests pin the text on the wire,
-// not the package's constants.
+// Error replies used by several tests, as clients see them: the tests pin
+// the text on the wire, not the package's constants.
 const (
-	errInvalidCapacity  = "ERR invalid capacity: must be a finite number > 0"
-	errCapacityTooLarge = "ERR invalid capacity: must be at most 1e15"
-	errInvalidRate      = "ERR invalid rate: must be a finite number > 0"
-	errRateTooLarge     = "ERR invalid rate: must be at most 1e15"
-	errInvalidCost      = "ERR invalid cost: must be a finite number >= 0"
-	errCostTooLarge     = "ERR invalid cost: must be at most 1e15"
-	errKeyTooLong       = "ERR key too long"
-	errSyntax           = "ERR syntax error"
-	errNotInteger       = "ERR value is not an integer or out of range"
-	errDBIndex          = "ERR DB index is out of range"
-	errNoProto          = "NOPROTO unsupported protocol version"
-	errProtoVersion     = "ERR Protocol version is not an integer or out of range"
-	errNoPasswordSet    = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	errClientName       = "ERR Client names cannot contain spaces, newlines or special characters."
-	errHelloNoAuth      = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-	errWrongPass        = "WRONGPASS invalid username-password pair or user is disabled."
-	errMaxClients       = "ERR max number of clients reached"
+	errInvalidCapacity = "ERR invalid capacity: must be a finite number > 0"
+	errKeyTooLong      = "ERR key too long"
+	errNoPasswordSet   = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 )
 
 // do runs one command and returns its reply or error text, in a form
@@ -153,8 +137,8 @@ func TestBadInputNamesTheProblemAndChangesNothing(t *testing.T) {
 		arityAcq  = "ERROR ERR wrong number of arguments for 'tb.acquire' command"
 		arityPeek = "ERROR ERR wrong number of arguments for 'tb.peek' command"
 		badCap    = "ERROR " + errInvalidCapacity
-		badRate   = "ERROR " + errInvalidRate
-		badCost   = "ERROR " + errInvalidCost
+		badRate   = "ERROR ERR invalid rate: must be a finite number > 0"
+		badCost   = "ERROR ERR invalid cost: must be a finite number >= 0"
 	)
 	for _, tc := range []struct {
 		args []any
@@ -180,17 +164,17 @@ func TestBadInputNamesTheProblemAndChangesNothing(t *testing.T) {
 		{[]any{"TB.ACQUIRE", "k", " 10", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "ten", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "1e999", "1"}, badCap},
-		{[]any{"TB.ACQUIRE", "k", "1.000000000000001e15", "1"}, "ERROR " + errCapacityTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "1.000000000000001e15", "1"}, "ERROR ERR invalid capacity: must be at most 1e15"},
 		{[]any{"TB.ACQUIRE", "k", "10", "0"}, badRate},
 		{[]any{"TB.ACQUIRE", "k", "10", "-5"}, badRate},
 		{[]any{"TB.ACQUIRE", "k", "10", "NaN"}, badRate},
-		{[]any{"TB.ACQUIRE", "k", "10", "2e15"}, "ERROR " + errRateTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "10", "2e15"}, "ERROR ERR invalid rate: must be at most 1e15"},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "-1"}, badCost},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "x"}, badCost},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "Infinity"}, badCost},
-		{[]any{"TB.ACQUIRE", "k", "10", "1", "1e16"}, "ERROR " + errCostTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "10", "1", "1e16"}, "ERROR ERR invalid cost: must be at most 1e15"},
 		{[]any{"TB.PEEK", "k", "10", "1", "-1"}, badCost},
-		{[]any{"TB.ACQUIRE", "k", "10", "1", "1", "WITHOUTINFO"}, "ERROR " + errSyntax},
+		{[]any{"TB.ACQUIRE", "k", "10", "1", "1", "WITHOUTINFO"}, "ERROR ERR syntax error"},
 	} {
 		if got := do(t, c, tc.args...); got != tc.want {
 			t.Errorf("%q:\n got %#v\nwant %#v", tc.args, got, tc.want)
@@ -212,13 +196,13 @@ func TestRedisHousekeepingCommands(t *testing.T) {
 	expect(t, c, "x y", "ECHO", "x y")
 	expect(t, c, "ERROR ERR wrong number of arguments for 'echo' command", "ECHO")
 	expect(t, c, "OK", "SELECT", "0")
-	expect(t, c, "ERROR "+errDBIndex, "SELECT", "1")
-	expect(t, c, "ERROR "+errNotInteger, "SELECT", "zero")
-	expect(t, c, "ERROR "+errNoProto, "HELLO", "3")
-	expect(t, c, "ERROR "+errProtoVersion, "HELLO", "x")
+	expect(t, c, "ERROR ERR DB index is out of range", "SELECT", "1")
+	expect(t, c, "ERROR ERR value is not an integer or out of range", "SELECT", "zero")
+	expect(t, c, "ERROR NOPROTO unsupported protocol version", "HELLO", "3")
+	expect(t, c, "ERROR ERR Protocol version is not an integer or out of range", "HELLO", "x")
 	expect(t, c, "OK", "CLIENT", "SETNAME", "worker-1")
 	expect(t, c, "worker-1", "CLIENT", "GETNAME")
-	expect(t, c, "ERROR "+errClientName, "CLIENT", "SETNAME", "has space")
+	expect(t, c, "ERROR ERR Client names cannot contain spaces, newlines or special characters.", "CLIENT", "SETNAME", "has space")
 	expect(t, c, "OK", "CLIENT", "SETINFO", "LIB-NAME", "x")
 	expect(t, c, "OK", "client", "setinfo", "lib-ver", "1.0")
 	expect(t, c, "ERROR ERR Unrecognized option 'color'", "CLIENT", "SETINFO", "color", "red")
@@ -395,30 +379,9 @@ func TestBurstAllowsExactlyCapacity(t *testing.T) {
 		clients := make([]*redis.Client, conns)
 		for i := range clients {
 			clients[i] = ts.Client(t)
-			do(t, clients[i], "PING") // connect before the burst
 		}
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		gate := make(chan struct{})
-		for _, c := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				for range 2 * capacity / conns {
-					v, err := c.Do(context.Background(), "TB.ACQUIRE", "shared", capacity, rate).Int64()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					allowed.Add(v)
-				}
-			}()
-		}
-		close(gate)
-		wg.Wait()
-		if allowed.Load() != capacity {
-			t.Fatalf("50 connections firing %d acquires: %d allowed, want exactly %d", 2*capacity, allowed.Load(), capacity)
+		if allowed := testkit.Burst(t, clients, 2*capacity/conns, "TB.ACQUIRE", "shared", capacity, rate); allowed != capacity {
+			t.Fatalf("50 connections firing %d acquires: %d allowed, want exactly %d", 2*capacity, allowed, capacity)
 		}
 	})
 }
