@@ -21,8 +21,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// startServer runs a server on a fake clock (see testserver.Start), with
-// adjust applied to its Config.
+// startServer runs a server, with adjust applied to its Config, over shards
+// on a fake clock (see testserver.Start): it stands still unless a test
+// advances it (ts.Clock), so every timing in a reply below is exact.
 func startServer(t testing.TB, adjust func(*resp.Config)) *testserver.Server {
 	t.Helper()
 	return testserver.Start(t, testserver.Options{Server: adjust})
@@ -82,6 +83,9 @@ func TestAcquireReplies(t *testing.T) {
 	expect(t, c, int64(0), "TB.ACQUIRE", "user:1", "10", "1", "5")
 	expect(t, c, ints(0, 4, -1, 6000), "TB.ACQUIRE", "user:1", "10", "1", "11", "WITHINFO")
 	expect(t, c, int64(1), "DBSIZE")
+	ts.Clock.Advance(1500 * time.Millisecond) // 1.5 tokens back: 5.5 held
+	expect(t, c, ints(1, 4, 0, 5500), "TB.ACQUIRE", "user:1", "10", "1", "1", "WITHINFO")
+	expect(t, c, ints(0, 4, 500, 5500), "TB.ACQUIRE", "user:1", "10", "1", "5", "WITHINFO")
 }
 
 func TestCostZeroAndPeekChangeNothing(t *testing.T) {
