@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // goroutines reads go_goroutines from the binary's /metrics.
@@ -40,14 +41,19 @@ func TestChaosReplicate(t *testing.T) {
 	p := startBinary(t, "--replicate", "redis://"+px.Addr)
 
 	l := hammer(p.addr, 10, 40, "chaos", "50", "2")
-	time.Sleep(500 * time.Millisecond)
+	// The baseline is taken under load: every client connected (and the
+	// INFO connection) and calling.
+	c := p.client(t)
+	testkit.Eventually(t, 10*time.Second, "10 clients connected and calling", func() bool {
+		return infoField(t, c, "clients", "connected_clients") >= 11 && infoField(t, c, "bucketd", "acquire_allowed_total") >= 100
+	})
 	baseGoroutines := p.goroutines(t)
-	baseRSS := rssBytes(t, p.cmd.Process.Pid)
+	baseRSS := p.rss(t)
 
 	phase := func(name string, d time.Duration, begin, end func()) {
 		t.Logf("phase: %s", name)
 		begin()
-		time.Sleep(d)
+		time.Sleep(d) // real time is the point: how long the fault lasts under load
 		end()
 	}
 	phase("Redis slowed by 300 ms per chunk", time.Second, func() { px.SetDelay(300 * time.Millisecond) }, func() { px.SetDelay(0) })
@@ -55,6 +61,8 @@ func TestChaosReplicate(t *testing.T) {
 	phase("Redis killed, then restarted empty", time.Second, rs.Kill, rs.Restart)
 	phase("Redis paused", 2500*time.Millisecond, rs.Pause, rs.Resume)
 	phase("connections cut", 500*time.Millisecond, px.CloseConnections, func() {})
+	// Real time is the point: the clients keep calling for a second while
+	// the replicator recovers from the last fault.
 	time.Sleep(time.Second)
 	calls, errs, slowest := l.end()
 
@@ -64,10 +72,13 @@ func TestChaosReplicate(t *testing.T) {
 	}
 	checkConverged(t, p, rs.Client(), "tb:chaos*", 50, 2)
 
-	// Nothing piled up.
-	time.Sleep(200 * time.Millisecond)
-	goroutines := p.goroutines(t)
-	rss := rssBytes(t, p.cmd.Process.Pid)
+	// Nothing piled up, once the stopped clients' connections have closed.
+	var goroutines int
+	testkit.Poll(5*time.Second, func() bool {
+		goroutines = p.goroutines(t)
+		return goroutines <= baseGoroutines+10
+	})
+	rss := p.rss(t)
 	t.Logf("goroutines %d before the chaos, %d after; RSS %.1f MiB before, %.1f MiB after (race build)",
 		baseGoroutines, goroutines, float64(baseRSS)/(1<<20), float64(rss)/(1<<20))
 	if goroutines > baseGoroutines+10 {

@@ -41,6 +41,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -93,7 +94,8 @@ func startHostile(t *testing.T, args ...string) *hostileServer {
 	if got := hostileRoundTrip(t, p.addr, "PING\r\n", 1); got != "+PONG\r\n" {
 		t.Fatalf("fresh server answers PING with %q", got)
 	}
-	h.rssBase, _ = hostileMemory(h.pid)
+	mem, _ := testkit.ReadMemory(h.pid) // 0 where there is no /proc: nothing to bound
+	h.rssBase = mem.RSS
 	h.rssPeak.Store(h.rssBase)
 	h.hostBusy = hostileHostBusy(200 * time.Millisecond)
 	// The well-behaved client connects before the attack: its calls measure
@@ -144,7 +146,7 @@ func hostileHostBusy(window time.Duration) float64 {
 		return -1
 	}
 	start := time.Now()
-	time.Sleep(window)
+	time.Sleep(window) // real time is the point: the window the pressure is measured over
 	after, ok := hostileCPUStall()
 	if !ok {
 		return -1
@@ -212,7 +214,7 @@ func (h *hostileServer) monitor(c *redis.Client) {
 				fail("TB.ACQUIRE %s 1 0.01 (call %d) = %d, %v; want %d", key, n+1, got, err, want)
 			}
 		}
-		time.Sleep(250 * time.Microsecond)
+		time.Sleep(250 * time.Microsecond) // real time is the point: a client that calls at a steady pace, not flat out
 	}
 }
 
@@ -232,7 +234,8 @@ func (h *hostileServer) sampleRSS() {
 }
 
 func (h *hostileServer) sampleOnce() int64 {
-	rss, _ := hostileMemory(h.pid)
+	mem, _ := testkit.ReadMemory(h.pid) // 0 once the process is gone: not a sample
+	rss := mem.RSS
 	if rss > 0 {
 		h.rssCount.Add(1)
 		for {
@@ -243,30 +246,6 @@ func (h *hostileServer) sampleOnce() int64 {
 		}
 	}
 	return rss
-}
-
-// hostileMemory returns VmRSS and VmHWM (peak resident set) of pid in bytes.
-func hostileMemory(pid int) (rss, hwm int64) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		name, val, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		if name == "VmRSS" {
-			rss = kb << 10
-		} else {
-			hwm = kb << 10
-		}
-	}
-	return rss, hwm
 }
 
 // hostileBuild says whether the binary under test was built with -race
@@ -294,20 +273,18 @@ func (h *hostileServer) finish() {
 	t := h.t
 	t.Helper()
 	// A few samples after the attack, and enough calls for a p99 when the
-	// attack was over at once (at most 2 s more).
-	time.Sleep(100 * time.Millisecond)
-	for range 200 {
+	// attack was over at once (at most 2 s; too few calls fail below).
+	samples := h.rssCount.Load()
+	testkit.Poll(2*time.Second, func() bool {
 		h.monMu.Lock()
 		n := len(h.lat)
 		h.monMu.Unlock()
-		if n >= 300 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n >= 300 && h.rssCount.Load() >= samples+10
+	})
 	h.halt()
 	after := h.sampleOnce()
-	_, hwm := hostileMemory(h.pid)
+	mem, _ := testkit.ReadMemory(h.pid)
+	hwm := mem.HWM
 
 	h.monMu.Lock()
 	lat := slices.Clone(h.lat)
@@ -406,26 +383,32 @@ func (h *hostileServer) serverLatency() string {
 	return "no pipeline histogram"
 }
 
-// info returns one field of INFO, read on a new connection.
-func (h *hostileServer) info(field string) int64 {
-	h.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: h.p.addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
-	defer c.Close()
-	s, err := c.Info(context.Background(), "everything").Result()
+// infoField returns the integer field of INFO section read through c.
+func infoField(t *testing.T, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), section).Result()
 	if err != nil {
-		h.t.Fatalf("INFO: %v", err)
+		t.Fatalf("INFO: %v", err)
 	}
 	for line := range strings.SplitSeq(s, "\r\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				h.t.Fatalf("INFO %s = %q", field, v)
+				t.Fatalf("INFO %s = %q", field, v)
 			}
 			return n
 		}
 	}
-	h.t.Fatalf("INFO has no %s", field)
+	t.Fatalf("INFO has no %s", field)
 	return 0
+}
+
+// info returns one field of INFO, read on a new connection.
+func (h *hostileServer) info(field string) int64 {
+	h.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: h.p.addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	defer c.Close()
+	return infoField(h.t, c, "everything", field)
 }
 
 // waitConnected waits (at most 5 s) until INFO reports want connected clients,
@@ -433,39 +416,22 @@ func (h *hostileServer) info(field string) int64 {
 func (h *hostileServer) waitConnected(want int64) {
 	h.t.Helper()
 	var got int64
-	for range 100 {
-		if got = h.info("connected_clients"); got == want {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Poll(5*time.Second, func() bool { got = h.info("connected_clients"); return got == want }) {
+		h.t.Errorf("connected_clients = %d, want %d: connections leaked", got, want)
 	}
-	h.t.Errorf("connected_clients = %d, want %d: connections leaked", got, want)
-}
-
-func hostileDial(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // hostileRoundTrip sends in on a new connection and returns the raw bytes of
 // the next n replies.
 func hostileRoundTrip(t *testing.T, addr, in string, n int) string {
 	t.Helper()
-	c := hostileDial(t, addr)
+	c := testkit.Dial(t, addr)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, in); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	br := bufio.NewReader(c)
+	c.Send(t, in)
 	var out strings.Builder
 	for range n {
-		r, err := readReply(br)
+		r, err := c.ReadReply()
 		if err != nil {
 			t.Fatalf("reading a reply to %.60q: %v (so far %q)", in, err, out.String())
 		}
@@ -482,72 +448,6 @@ func readUntilClosed(c net.Conn, d time.Duration) (got []byte, closed bool) {
 	_, err := io.Copy(&buf, c)
 	var ne net.Error
 	return buf.Bytes(), !(errors.As(err, &ne) && ne.Timeout())
-}
-
-// errBadFrame marks a reply that is not well-framed RESP (as opposed to an
-// I/O error such as the connection closing).
-var errBadFrame = errors.New("malformed reply")
-
-// readReply returns the raw bytes of one RESP2 reply, checking its framing.
-func readReply(br *bufio.Reader) (string, error) {
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return line, err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return line, fmt.Errorf("%w: line %q not ended by CRLF", errBadFrame, line)
-	}
-	body := line[1 : len(line)-2]
-	switch line[0] {
-	case '+', '-':
-		return line, nil
-	case ':':
-		if _, err := strconv.ParseInt(body, 10, 64); err != nil {
-			return line, fmt.Errorf("%w: integer %q", errBadFrame, line)
-		}
-		return line, nil
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 512<<20 {
-			return line, fmt.Errorf("%w: bulk header %q", errBadFrame, line)
-		}
-		if n == -1 {
-			return line, nil
-		}
-		data := make([]byte, n+2)
-		if _, err := io.ReadFull(br, data); err != nil {
-			return line, err
-		}
-		if data[n] != '\r' || data[n+1] != '\n' {
-			return line, fmt.Errorf("%w: bulk not ended by CRLF", errBadFrame)
-		}
-		return line + string(data), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 1<<20 {
-			return line, fmt.Errorf("%w: array header %q", errBadFrame, line)
-		}
-		out := line
-		for range n {
-			r, err := readReply(br)
-			out += r
-			if err != nil {
-				return out, err
-			}
-		}
-		return out, nil
-	}
-	return line, fmt.Errorf("%w: unknown type in %q", errBadFrame, line)
-}
-
-// respCommand encodes args as a RESP array of bulk strings.
-func respCommand(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
 }
 
 func protoErr(msg string) string { return "-ERR Protocol error: " + msg + "\r\n" }
@@ -630,13 +530,13 @@ func TestHostileRandomBytes(t *testing.T) {
 					conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 					br := bufio.NewReader(conn)
 					for range 1_000_000 {
-						r, err := readReply(br)
+						r, err := testkit.ReadReply(br)
 						if err != nil {
 							// The connection ending (EOF, reset, closed by
 							// us) may cut a reply short; a badly framed
 							// reply, or none within 5 s, is a server bug.
 							var ne net.Error
-							if errors.Is(err, errBadFrame) || errors.As(err, &ne) && ne.Timeout() {
+							if errors.Is(err, testkit.ErrBadFrame) || errors.As(err, &ne) && ne.Timeout() {
 								badReplies.Add(1)
 								firstBad.CompareAndSwap(nil, fmt.Sprintf("%q: %v", r, err))
 							}
@@ -786,17 +686,17 @@ func hostileFrameCases() []hostileFrameCase {
 		{"inline starting with '$'", []string{"$4\r\nPING\r\n"}, unknown("$4") + pong, false},
 		// NUL bytes.
 		{"inline NUL", []string{"\x00\r\n"}, unknown("\x00"), false},
-		{"command name with NUL", []string{respCommand("PI\x00NG")}, unknown("PI\x00NG"), false},
-		{"ECHO with NUL", []string{respCommand("ECHO", "a\x00b")}, "$3\r\na\x00b\r\n", false},
+		{"command name with NUL", []string{testkit.Command("PI\x00NG")}, unknown("PI\x00NG"), false},
+		{"ECHO with NUL", []string{testkit.Command("ECHO", "a\x00b")}, "$3\r\na\x00b\r\n", false},
 		{"keys differing after NUL are distinct", []string{
-			respCommand("TB.ACQUIRE", "nul\x00a", "1", "0.001") + respCommand("TB.ACQUIRE", "nul\x00a", "1", "0.001") +
-				respCommand("TB.ACQUIRE", "nul\x00b", "1", "0.001") + respCommand("TB.ACQUIRE", "nul", "1", "0.001"),
+			testkit.Command("TB.ACQUIRE", "nul\x00a", "1", "0.001") + testkit.Command("TB.ACQUIRE", "nul\x00a", "1", "0.001") +
+				testkit.Command("TB.ACQUIRE", "nul\x00b", "1", "0.001") + testkit.Command("TB.ACQUIRE", "nul", "1", "0.001"),
 		}, ":1\r\n:0\r\n:1\r\n:1\r\n", false},
 		{"empty command name", []string{"*1\r\n$0\r\n\r\n"}, unknown(""), false},
 		// Commands split at awkward places are fine.
 		{"missing final CRLF, sent later", []string{P + "*1\r\n$4\r\nPING", "\r\n"}, pong + pong, false},
 		{"split inside the count", []string{"*", "1\r", "\n$", "4\r\nPI", "NG\r", "\n"}, pong, false},
-		{"garbage after good commands", []string{P + respCommand("PING") + "*1\r\n$x\r\n" + P}, pong + pong + protoErr("invalid bulk length"), true},
+		{"garbage after good commands", []string{P + testkit.Command("PING") + "*1\r\n$x\r\n" + P}, pong + pong + protoErr("invalid bulk length"), true},
 	}
 }
 
@@ -809,7 +709,7 @@ func TestHostileMalformedFrames(t *testing.T) {
 	closing := 0
 	for _, tc := range hostileFrameCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			c := hostileDial(t, h.p.addr)
+			c := testkit.Dial(t, h.p.addr)
 			want := tc.want
 			parts := tc.parts
 			if !tc.closes {
@@ -818,14 +718,8 @@ func TestHostileMalformedFrames(t *testing.T) {
 			} else {
 				closing++
 			}
-			for i, part := range parts {
-				if i > 0 {
-					time.Sleep(30 * time.Millisecond)
-				}
-				c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-				if _, err := io.WriteString(c, part); err != nil {
-					t.Fatalf("write part %d: %v", i, err)
-				}
+			if _, err := writeApart(c, 30*time.Millisecond, parts...); err != nil {
+				t.Fatal(err)
 			}
 			got, closed := readUntilClosed(c, 3*time.Second)
 			if string(got) != want {
@@ -838,13 +732,7 @@ func TestHostileMalformedFrames(t *testing.T) {
 	}
 	// Counted when the connection's goroutine ends: wait for the last ones.
 	var grew int64
-	for range 100 {
-		if grew = h.info("protocol_errors") - protoBefore; grew == int64(closing) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if grew != int64(closing) {
+	if !testkit.Poll(2*time.Second, func() bool { grew = h.info("protocol_errors") - protoBefore; return grew == int64(closing) }) {
 		t.Errorf("INFO protocol_errors grew by %d, want %d (one per closing case)", grew, closing)
 	}
 	h.finish()
@@ -857,7 +745,7 @@ func TestHostileHugeMultibulkCount(t *testing.T) {
 		t.Run("max-query-bytes "+strconv.Itoa(limit), func(t *testing.T) {
 			h := startHostile(t, "--max-query-bytes", strconv.Itoa(limit))
 			for i := range 50 {
-				c := hostileDial(t, h.p.addr)
+				c := testkit.Dial(t, h.p.addr)
 				start := time.Now()
 				if _, err := io.WriteString(c, "*2147483647\r\n"); err != nil {
 					t.Fatal(err)
@@ -873,14 +761,11 @@ func TestHostileHugeMultibulkCount(t *testing.T) {
 			}
 			// Followed by the bulks it announces, trickled: refused at the
 			// header, never reached.
-			c := hostileDial(t, h.p.addr)
+			c := testkit.Dial(t, h.p.addr)
 			io.WriteString(c, "*2147483647\r\n")
-			for range 20 {
-				if _, err := io.WriteString(c, strings.Repeat("$1\r\nx\r\n", 100)); err != nil {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			bulks := []byte(strings.Repeat("$1\r\nx\r\n", 100))
+			var written atomic.Int64
+			trickle(c, func(int) []byte { return bulks }, len(bulks), 5*time.Millisecond, 100*time.Millisecond, &written)
 			if got, closed := readUntilClosed(c, 2*time.Second); !strings.HasPrefix(string(got), protoErr("invalid multibulk length")) || !closed {
 				t.Errorf("with bulks after it: %q (closed %v)", got, closed)
 			}
@@ -906,9 +791,28 @@ func trickle(c net.Conn, src func(n int) []byte, chunk int, interval, d time.Dur
 		if err != nil {
 			return err
 		}
-		time.Sleep(interval)
+		time.Sleep(interval) // real time is the point: a trickle the server must not wait out
 	}
 	return nil
+}
+
+// writeApart writes parts to c one by one, pause apart, so that the server
+// gets them in separate reads; each write may take 2 s. It stops at the
+// first error and returns it with the bytes written.
+func writeApart(c net.Conn, pause time.Duration, parts ...string) (int, error) {
+	written := 0
+	for i, part := range parts {
+		if i > 0 {
+			time.Sleep(pause) // real time is the point: the server must have read the parts before
+		}
+		c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		n, err := io.WriteString(c, part)
+		written += n
+		if err != nil {
+			return written, fmt.Errorf("write part %d: %w", i, err)
+		}
+	}
+	return written, nil
 }
 
 // replyWatcher reads one connection in the background and records when and
@@ -950,6 +854,17 @@ func watchReplies(c net.Conn, written *atomic.Int64, d time.Duration) *replyWatc
 	return w
 }
 
+// wait waits at most d for the watcher to see the connection end (or its
+// read deadline pass); after it, the watcher's fields are final.
+func (w *replyWatcher) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(d):
+		t.Fatal("reply watcher stuck")
+	}
+}
+
 // 4a. A bulk string announced as 512 MB and trickled at 4 KiB per 10 ms for up
 // to 2 s: refused at the header (the guard refuses a bulk longer than
 // --max-query-bytes), the connection closed, so the trickle fails at once.
@@ -958,10 +873,10 @@ func TestHostileTrickledHugeBulk(t *testing.T) {
 	for _, limit := range []int{hostileDefaultQuery, hostileMaxQuery1MiB} {
 		t.Run("max-query-bytes "+strconv.Itoa(limit), func(t *testing.T) {
 			h := startHostile(t, "--max-query-bytes", strconv.Itoa(limit))
-			c := hostileDial(t, h.p.addr)
+			c := testkit.Dial(t, h.p.addr)
 			var written atomic.Int64
 			w := watchReplies(c, &written, 5*time.Second)
-			head := respCommand("PING") + "*2\r\n$4\r\nECHO\r\n$536870912\r\n"
+			head := testkit.Command("PING") + "*2\r\n$4\r\nECHO\r\n$536870912\r\n"
 			start := time.Now()
 			if _, err := io.WriteString(c, head); err != nil {
 				t.Fatal(err)
@@ -969,13 +884,7 @@ func TestHostileTrickledHugeBulk(t *testing.T) {
 			payload := bytes.Repeat([]byte("v"), 4096)
 			err := trickle(c, func(n int) []byte { return payload[:n] }, 4096, 10*time.Millisecond, 2*time.Second, &written)
 			trickled := time.Since(start)
-			select {
-			case <-w.done:
-			case <-time.After(6 * time.Second):
-				t.Fatal("reply watcher stuck")
-			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
+			w.wait(t, 6*time.Second)
 			want := "+PONG\r\n" + protoErr("invalid bulk length")
 			t.Logf("512 MB bulk: refused %v after the header, with %d payload bytes written; closed after %v; trickle stopped after %v (%v)",
 				w.firstAt.Sub(start).Round(time.Microsecond), w.writtenThen, w.closedAt.Sub(start).Round(time.Microsecond), trickled.Round(time.Millisecond), err)
@@ -1002,9 +911,9 @@ func TestHostileTrickledHugeBulk(t *testing.T) {
 // whole 4 MB.
 func TestHostileTrickledCommandOverQueryLimit(t *testing.T) {
 	h := startHostile(t, "--max-query-bytes", strconv.Itoa(hostileMaxQuery1MiB))
-	c := hostileDial(t, h.p.addr)
+	c := testkit.Dial(t, h.p.addr)
 	key := strings.Repeat("k", 1_000_000)
-	cmd := []byte(respCommand("TB.RESET", key, key, key, key))
+	cmd := []byte(testkit.Command("TB.RESET", key, key, key, key))
 	var written atomic.Int64
 	w := watchReplies(c, &written, 8*time.Second)
 	pos := 0
@@ -1015,13 +924,7 @@ func TestHostileTrickledCommandOverQueryLimit(t *testing.T) {
 	}
 	start := time.Now()
 	err := trickle(c, src, 8192, 10*time.Millisecond, 4*time.Second, &written)
-	select {
-	case <-w.done:
-	case <-time.After(8 * time.Second):
-		t.Fatal("reply watcher stuck")
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.wait(t, 8*time.Second)
 	want := protoErr("query buffer exceeded 1048576 bytes (see --max-query-bytes)")
 	t.Logf("4 MB command: refused after %v with %d bytes written (limit %d); trickle stopped with %d written (%v)",
 		w.firstAt.Sub(start).Round(time.Millisecond), w.writtenThen, hostileMaxQuery1MiB, written.Load(), err)
@@ -1056,14 +959,14 @@ func TestHostileTenThousandArgs(t *testing.T) {
 	}
 	var drain strings.Builder
 	for _, k := range keys[:100] {
-		drain.WriteString(respCommand("TB.ACQUIRE", k, "10", "0.001"))
+		drain.WriteString(testkit.Command("TB.ACQUIRE", k, "10", "0.001"))
 	}
 	if got := hostileRoundTrip(t, h.p.addr, drain.String(), 100); got != strings.Repeat(":1\r\n", 100) {
 		t.Fatalf("draining 100 keys: %q", got)
 	}
-	reset := respCommand(append([]string{"TB.RESET"}, keys...)...)
-	acquire := respCommand(append([]string{"TB.ACQUIRE"}, keys...)...)
-	ping := respCommand(append([]string{"PING"}, keys...)...)
+	reset := testkit.Command(append([]string{"TB.RESET"}, keys...)...)
+	acquire := testkit.Command(append([]string{"TB.ACQUIRE"}, keys...)...)
+	ping := testkit.Command(append([]string{"PING"}, keys...)...)
 	got := hostileRoundTrip(t, h.p.addr, reset+reset+acquire+ping+"PING\r\n", 5)
 	want := ":100\r\n:0\r\n-ERR wrong number of arguments for 'tb.acquire' command\r\n-ERR wrong number of arguments for 'ping' command\r\n+PONG\r\n"
 	if got != want {
@@ -1107,12 +1010,12 @@ func TestHostileOneMiBKey(t *testing.T) {
 	key := strings.Repeat("K", 1<<20)
 	t.Run("max-query-bytes default", func(t *testing.T) {
 		h := startHostile(t)
-		in := respCommand("TB.ACQUIRE", key, "10", "1") +
-			respCommand("TB.ACQUIRE", key, "10", "1", "1", "WITHINFO") +
-			respCommand("TB.PEEK", key, "10", "1") +
-			respCommand("TB.RESET", "small", key) +
-			respCommand("CL.THROTTLE", key, "10", "1", "1") +
-			"PING\r\n" + respCommand("TB.ACQUIRE", "small", "10", "1")
+		in := testkit.Command("TB.ACQUIRE", key, "10", "1") +
+			testkit.Command("TB.ACQUIRE", key, "10", "1", "1", "WITHINFO") +
+			testkit.Command("TB.PEEK", key, "10", "1") +
+			testkit.Command("TB.RESET", "small", key) +
+			testkit.Command("CL.THROTTLE", key, "10", "1", "1") +
+			"PING\r\n" + testkit.Command("TB.ACQUIRE", "small", "10", "1")
 		tooLong := "-ERR key too long\r\n"
 		want := strings.Repeat(tooLong, 5) + "+PONG\r\n:1\r\n"
 		for i := range 10 {
@@ -1137,14 +1040,11 @@ func TestHostileOneMiBKey(t *testing.T) {
 		// command and must refuse it. (A command over the limit that arrives
 		// whole: TestHostileQueryLimitHoldsForCompleteCommands.)
 		h := startHostile(t, "--max-query-bytes", strconv.Itoa(hostileMaxQuery1MiB))
-		c := hostileDial(t, h.p.addr)
+		c := testkit.Dial(t, h.p.addr)
 		var written atomic.Int64
 		w := watchReplies(c, &written, 5*time.Second)
-		cmd := "PING\r\n" + respCommand("TB.ACQUIRE", key, "10", "1")
-		c.SetWriteDeadline(time.Now().Add(3 * time.Second))
-		n, err := io.WriteString(c, cmd[:len(cmd)-1])
-		time.Sleep(200 * time.Millisecond)
-		io.WriteString(c, cmd[len(cmd)-1:])
+		cmd := "PING\r\n" + testkit.Command("TB.ACQUIRE", key, "10", "1")
+		n, err := writeApart(c, 200*time.Millisecond, cmd[:len(cmd)-1], cmd[len(cmd)-1:])
 		<-w.done
 		want := "+PONG\r\n" + protoErr("query buffer exceeded 1048576 bytes (see --max-query-bytes)")
 		if w.got.String() != want || w.closedAt.IsZero() {
@@ -1172,9 +1072,9 @@ func TestHostileQueryLimitHoldsForCompleteCommands(t *testing.T) {
 	// TB.RESET with two long keys, padded to exactly limit+over bytes.
 	k1 := strings.Repeat("a", limit/2)
 	k2 := strings.Repeat("b", limit/2)
-	cmd := respCommand("TB.RESET", k1, k2)
+	cmd := testkit.Command("TB.RESET", k1, k2)
 	k2 += strings.Repeat("b", limit+over-len(cmd))
-	cmd = respCommand("TB.RESET", k1, k2)
+	cmd = testkit.Command("TB.RESET", k1, k2)
 	if len(cmd) != limit+over {
 		t.Fatalf("command is %d bytes, want %d", len(cmd), limit+over)
 	}
@@ -1188,15 +1088,11 @@ func TestHostileQueryLimitHoldsForCompleteCommands(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startHostile(t, "--max-query-bytes", strconv.Itoa(limit))
-			c := hostileDial(t, h.p.addr)
+			c := testkit.Dial(t, h.p.addr)
 			var written atomic.Int64
 			w := watchReplies(c, &written, 2*time.Second)
-			c.SetWriteDeadline(time.Now().Add(3 * time.Second))
-			io.WriteString(c, cmd[:limit])
-			for _, tail := range tc.tails {
-				time.Sleep(200 * time.Millisecond)
-				io.WriteString(c, tail)
-			}
+			// Errors are expected once the server refuses and closes.
+			writeApart(c, 200*time.Millisecond, append([]string{cmd[:limit]}, tc.tails...)...)
 			<-w.done
 			if got := w.got.String(); got != want || w.closedAt.IsZero() {
 				t.Errorf("a %d-byte command under --max-query-bytes %d: replies %q (connection closed: %v), want %q and close",
@@ -1215,11 +1111,11 @@ func hostilePipeline(rng *rand.Rand) (data []byte, ends []int, acquires []bool) 
 		var cmd string
 		switch i % 5 {
 		case 0, 1:
-			cmd = respCommand("TB.ACQUIRE", key, "1000", "0.001")
+			cmd = testkit.Command("TB.ACQUIRE", key, "1000", "0.001")
 		case 2:
 			cmd = "TB.ACQUIRE " + key + " 1000 0.001 1 WITHINFO\r\n"
 		case 3:
-			cmd = respCommand("TB.PEEK", key, "1000", "0.001")
+			cmd = testkit.Command("TB.PEEK", key, "1000", "0.001")
 		case 4:
 			cmd = "PING\r\n"
 		}
@@ -1297,7 +1193,7 @@ func TestHostileDroppedMidCommand(t *testing.T) {
 					return
 				}
 				if p.pauses[j] {
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // real time is the point: the next piece arrives in a later read
 				}
 			}
 			switch i % 3 {
@@ -1308,7 +1204,7 @@ func TestHostileDroppedMidCommand(t *testing.T) {
 				conn.(*net.TCPConn).CloseWrite()
 				br := bufio.NewReader(conn)
 				for r := range p.complete {
-					if _, err := readReply(br); err != nil {
+					if _, err := testkit.ReadReply(br); err != nil {
 						failf("conn %d: reply %d of %d: %v", i, r+1, p.complete, err)
 						return
 					}
@@ -1332,7 +1228,7 @@ func TestHostileDroppedMidCommand(t *testing.T) {
 	// the server ran. TB.PEEK with cost 0 reports the whole tokens left.
 	var peeks strings.Builder
 	for k := range 64 {
-		peeks.WriteString(respCommand("TB.PEEK", "drop:"+strconv.Itoa(k), "1000", "0.001", "0"))
+		peeks.WriteString(testkit.Command("TB.PEEK", "drop:"+strconv.Itoa(k), "1000", "0.001", "0"))
 	}
 	replies := hostileRoundTrip(t, h.p.addr, peeks.String(), 64)
 	var counted int64
@@ -1382,7 +1278,7 @@ func TestHostileNonReadingPipeliner(t *testing.T) {
 	var chunk []byte
 	const perChunk = 1000
 	for i := range perChunk {
-		chunk = append(chunk, respCommand("TB.ACQUIRE", fmt.Sprintf("nr:%02d", i%64), "1000", "1", "1", "WITHINFO")...)
+		chunk = append(chunk, testkit.Command("TB.ACQUIRE", fmt.Sprintf("nr:%02d", i%64), "1000", "1", "1", "WITHINFO")...)
 	}
 	reqSize := len(chunk) / perChunk // every request has the same size
 	type point struct {
@@ -1409,7 +1305,7 @@ func TestHostileNonReadingPipeliner(t *testing.T) {
 		}
 	}
 	writing := time.Since(start)
-	time.Sleep(time.Second) // hold the connection, never reading
+	time.Sleep(time.Second) // real time is the point: hold the connection a second, never reading
 	points = append(points, point{sent, h.sampleOnce()})
 	t.Logf("non-reader: %d requests (%s) written in %v, socket blocked: %v", sent, mib(int64(sent*reqSize)), writing.Round(time.Millisecond), blocked)
 	for _, p := range points {

@@ -159,6 +159,22 @@ func (p *process) client(t *testing.T) *redis.Client {
 	return c
 }
 
+// stop sends SIGTERM and waits (at most 15 s) for a clean exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}
+
 func TestRedisCLISession(t *testing.T) {
 	cli := requireTool(t, "redis-cli")
 	p := startBinary(t)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/bucketd/bucketd/internal/testcert"
 	"io"
 	"net/http"
 	"os"
@@ -12,19 +11,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bucketd/bucketd/internal/testcert"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
-// waitLog waits until the binary has logged a line containing want.
+// waitLog waits until the binary has logged more than after lines
+// containing want.
 func (p *process) waitLog(t *testing.T, want string, after int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Count(p.stderr.String(), want) > after {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Poll(10*time.Second, func() bool { return strings.Count(p.stderr.String(), want) > after }) {
+		t.Fatalf("no log line with %q:\n%s", want, p.stderr)
 	}
-	t.Fatalf("no log line with %q:\n%s", want, p.stderr)
 }
 
 // TestSIGHUPReloadsPolicies: a policy's capacity changes in the file, SIGHUP,

@@ -6,27 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
-)
 
-func (p *process) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, p.stderr)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
-}
+	"github.com/bucketd/bucketd/internal/testkit"
+)
 
 // TestSnapshotRestartKeepsDrainedKey: drain a key, SIGTERM, restart with
 // the same --data-dir: still drained. Truncate the snapshot: a clear error
@@ -82,20 +66,14 @@ func TestSnapshotRestartKeepsDrainedKey(t *testing.T) {
 	}
 }
 
-func rssBytes(t *testing.T, pid int) int64 {
+// rss returns the resident memory of the running binary in bytes.
+func (p *process) rss(t *testing.T) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := testkit.ReadMemory(p.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return kb * 1024
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return m.RSS
 }
 
 // TestMaxBucketsBoundsMemory: 500,000 distinct live buckets against
@@ -113,7 +91,7 @@ func TestMaxBucketsBoundsMemory(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	base := rssBytes(t, p.cmd.Process.Pid)
+	base := p.rss(t)
 	peak := base
 	for batch := range 500 {
 		pipe := c.Pipeline()
@@ -124,7 +102,7 @@ func TestMaxBucketsBoundsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		if batch%50 == 49 {
-			peak = max(peak, rssBytes(t, p.cmd.Process.Pid))
+			peak = max(peak, p.rss(t))
 		}
 	}
 	n, err := c.DBSize(ctx).Result()

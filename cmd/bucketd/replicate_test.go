@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,16 +33,13 @@ func TestKill9AndRestartKeepsADrainedKeyDrained(t *testing.T) {
 		t.Fatal("the key is not drained")
 	}
 	red := rs.Client()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		tokens, err := red.HGet(ctx, "tb:user:9", "tokens").Float64()
-		if err == nil && tokens < 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the drained state never reached Redis: %v %v", tokens, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var tokens float64
+	var err error
+	if !testkit.Poll(10*time.Second, func() bool {
+		tokens, err = red.HGet(ctx, "tb:user:9", "tokens").Float64()
+		return err == nil && tokens < 1
+	}) {
+		t.Fatalf("the drained state never reached Redis: %v %v", tokens, err)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -119,16 +117,12 @@ func checkConverged(t *testing.T, p *process, red *redis.Client, pattern string,
 	t.Helper()
 	ctx := context.Background()
 	c := p.client(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info := c.Info(ctx, "replication").Val()
-		if strings.Contains(info, "replicate_queue_depth:0\r\n") && len(red.Keys(ctx, pattern).Val()) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replication did not converge:\n%s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var info string
+	if !testkit.Poll(30*time.Second, func() bool {
+		info = c.Info(ctx, "replication").Val()
+		return strings.Contains(info, "replicate_queue_depth:0\r\n") && len(red.Keys(ctx, pattern).Val()) > 0
+	}) {
+		t.Fatalf("replication did not converge:\n%s", info)
 	}
 	keys := red.Keys(ctx, pattern).Val()
 	for _, k := range keys[:min(len(keys), 200)] {
@@ -153,15 +147,22 @@ func TestReplicateSurvivesRedisStoppedUnderLoad(t *testing.T) {
 	rs := redistest.Start(t)
 	p := startBinary(t, "--replicate", "redis://"+rs.Addr)
 	l := hammer(p.addr, 20, 50, "w", "100", "1")
-	time.Sleep(300 * time.Millisecond)
+	red := rs.Client()
+	testkit.Eventually(t, 10*time.Second, "replication under load writing to Redis", func() bool {
+		return len(red.Keys(context.Background(), "tb:w*").Val()) > 0
+	})
 	rs.Pause()
-	time.Sleep(2500 * time.Millisecond) // beyond the replicator's write timeout
+	// Real time is the point: Redis stays stopped for longer than the
+	// replicator's write timeout while the clients keep calling.
+	time.Sleep(2500 * time.Millisecond)
 	rs.Resume()
+	// Real time is the point: the clients keep calling while the replicator
+	// reconnects and writes its backlog, and their replies must stay fast.
 	time.Sleep(300 * time.Millisecond)
 	_, errs, slowest := l.end()
 	if errs != 0 || slowest > time.Second {
 		t.Fatalf("with Redis stopped: %d errors, slowest reply %v", errs, slowest)
 	}
 	t.Logf("slowest reply while Redis was stopped: %v", slowest)
-	checkConverged(t, p, rs.Client(), "tb:w*", 100, 1)
+	checkConverged(t, p, red, "tb:w*", 100, 1)
 }

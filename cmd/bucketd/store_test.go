@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,36 +16,15 @@ import (
 // allowed.
 func burstAcross(t *testing.T, addrs []string, key string, capacity, total int) int64 {
 	t.Helper()
-	ctx := context.Background()
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	per := total / (25 * len(addrs))
+	var clients []*redis.Client
 	for _, addr := range addrs {
 		for range 25 {
 			c := redis.NewClient(&redis.Options{Addr: addr})
-			if err := c.Ping(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				<-gate
-				for range per {
-					v, err := c.Do(ctx, "TB.ACQUIRE", key, capacity, "0.001").Int64()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					allowed.Add(v)
-				}
-			}()
+			t.Cleanup(func() { c.Close() })
+			clients = append(clients, c)
 		}
 	}
-	close(gate)
-	wg.Wait()
-	return allowed.Load()
+	return testkit.Burst(t, clients, total/len(clients), "TB.ACQUIRE", key, capacity, "0.001")
 }
 
 // TestTwoStoreInstancesShareLimits: two bucketd processes in store mode on

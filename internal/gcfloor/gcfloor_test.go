@@ -5,24 +5,18 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // rss returns this process's VmRSS in bytes, or -1 without /proc.
 func rss() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+	m, err := testkit.ReadMemory(os.Getpid())
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return -1
+	return m.RSS
 }
 
 // TestMain doubles as the child of TestBallastAddsNoRSS: with

@@ -3,13 +3,12 @@ package metrics
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/bucketd/bucketd/internal/resp"
-	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/testkit"
+	"github.com/bucketd/bucketd/internal/testkit/testserver"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -21,7 +20,7 @@ import (
 // metrics, sends a known sequence of commands from a go-redis client over
 // 127.0.0.1:0, then scrapes /metrics over HTTP and checks the exact counts.
 func TestScrapeAfterCommands(t *testing.T) {
-	group := shard.New(shard.Config{Shards: 4})
+	group := testserver.NewGroup(t, testkit.NewClock(), nil)
 	reg := prometheus.NewPedanticRegistry()
 	// The wiring docs/metrics.md shows: the metrics before the server, so
 	// that the server gets the histogram's func; the server's stats through
@@ -35,30 +34,10 @@ func TestScrapeAfterCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = resp.NewServer(resp.Config{Limiter: resp.Memory(group), ObservePipeline: m.ObservePipeline})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		group.Close()
-	}()
+	front := testserver.Serve(t, resp.Config{Limiter: resp.Memory(group), ObservePipeline: m.ObservePipeline})
+	srv = front.Server
 
-	rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
-	defer rc.Close()
+	rc := front.Client(t, func(o *redis.Options) { o.PoolSize, o.Protocol, o.DisableIdentity = 1, 2, true })
 	ctx := context.Background()
 	send := func(args ...any) {
 		t.Helper()

@@ -2,7 +2,6 @@ package resp
 
 import (
 	"bytes"
-	"io"
 	"testing"
 
 	"github.com/bucketd/bucketd/internal/bucket"
@@ -141,30 +140,4 @@ func TestParseAndReplyAllocateNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations per command, want 0", bytes.Join(cmd.Args, []byte(" ")), allocs)
 		}
 	}
-}
-
-// BenchmarkServerAcquirePipelined16Loopback measures the whole server path
-// over loopback TCP: one client sending 16 pipelined TB.ACQUIRE on distinct
-// keys per round trip through guard, redcon, parsing, shards and replies.
-// Allocations include redcon's per-command copies and the client's.
-func BenchmarkServerAcquirePipelined16Loopback(b *testing.B) {
-	ts := startServer(b, nil)
-	c := dialRaw(b, ts.addr)
-	var batch bytes.Buffer
-	for i := range 16 {
-		key := "key:" + string(rune('a'+i))
-		batch.WriteString("*4\r\n$10\r\nTB.ACQUIRE\r\n$" + string(rune('0'+len(key))) + "\r\n" + key + "\r\n$4\r\n1e15\r\n$1\r\n1\r\n")
-	}
-	req := batch.Bytes()
-	reply := make([]byte, 16*len(":1\r\n"))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c.r, reply); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*16), "ns/command")
 }

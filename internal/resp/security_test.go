@@ -1,121 +1,99 @@
-package resp
+package resp_test
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"github.com/bucketd/bucketd/internal/testcert"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/testcert"
 	"github.com/redis/go-redis/v9"
 )
 
+// errWrongPass is the reply to a wrong password, as clients see it.
+const errWrongPass = "WRONGPASS invalid username-password pair or user is disabled."
+
 func TestRequirePass(t *testing.T) {
-	ts := startServer(t, func(cfg *Config) { cfg.RequirePass = "s3cret" })
-	c := dialRaw(t, ts.addr)
+	ts := startServer(t, func(cfg *resp.Config) { cfg.RequirePass = "s3cret" })
+	c := ts.Dial(t)
 	for _, step := range []struct{ send, want string }{
 		{"PING\r\n", "-NOAUTH Authentication required.\r\n"},
 		{"TB.ACQUIRE k 10 1\r\n", "-NOAUTH Authentication required.\r\n"},
-		{"HELLO 2\r\n", "-" + errHelloNoAuth + "\r\n"},
+		{"HELLO 2\r\n", "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"},
 		{"AUTH wrong\r\n", "-" + errWrongPass + "\r\n"},
 		{"AUTH bob s3cret\r\n", "-" + errWrongPass + "\r\n"},
 		{"AUTH s3cret\r\n", "+OK\r\n"},
 		{"TB.ACQUIRE k 10 1\r\n", ":1\r\n"},
 	} {
-		c.send(t, step.send)
-		if got := c.line(t); got != step.want {
+		c.Send(t, step.send)
+		if got := c.Line(t); got != step.want {
 			t.Fatalf("%q: got %q, want %q", step.send, got, step.want)
 		}
 	}
 	// AUTH default <password> and HELLO 2 AUTH work too.
-	c2 := dialRaw(t, ts.addr)
-	c2.send(t, "AUTH default s3cret\r\n")
-	if got := c2.line(t); got != "+OK\r\n" {
+	c2 := ts.Dial(t)
+	c2.Send(t, "AUTH default s3cret\r\n")
+	if got := c2.Line(t); got != "+OK\r\n" {
 		t.Fatalf("AUTH default: %q", got)
 	}
-	c3 := dialRaw(t, ts.addr)
-	c3.send(t, "HELLO 2 AUTH default nope\r\nHELLO 2 AUTH default s3cret\r\n")
-	if got := c3.line(t); got != "-"+errWrongPass+"\r\n" {
+	c3 := ts.Dial(t)
+	c3.Send(t, "HELLO 2 AUTH default nope\r\nHELLO 2 AUTH default s3cret\r\n")
+	if got := c3.Line(t); got != "-"+errWrongPass+"\r\n" {
 		t.Fatalf("HELLO with a wrong password: %q", got)
 	}
-	if got := c3.line(t); got != "*14\r\n" {
+	if got := c3.Line(t); got != "*14\r\n" {
 		t.Fatalf("HELLO 2 AUTH: %q", got)
 	}
 	// go-redis with a password: HELLO 3 gets NOPROTO, it falls back to AUTH.
-	ok := ts.client(t, func(o *redis.Options) { o.Password = "s3cret" })
+	ok := ts.Client(t, func(o *redis.Options) { o.Password = "s3cret" })
 	expect(t, ok, int64(1), "TB.ACQUIRE", "k", "10", "1")
-	bad := ts.client(t, func(o *redis.Options) { o.Password = "wrong" })
+	bad := ts.Client(t, func(o *redis.Options) { o.Password = "wrong" })
 	if err := bad.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("wrong password through go-redis: %v", err)
 	}
-	if n := ts.srv.Stats().Errors[ErrAuth]; n < 5 {
+	if n := ts.Server.Stats().Errors[resp.ErrAuth]; n < 5 {
 		t.Fatalf("auth errors counted: %d", n)
 	}
 }
 
 func TestNoPasswordAuthBehavesLikeRedisDefaultUser(t *testing.T) {
 	ts := startServer(t, nil)
-	c := ts.client(t)
+	c := ts.Client(t)
 	expect(t, c, "ERROR "+errNoPasswordSet, "AUTH", "x")
 	expect(t, c, "OK", "AUTH", "default", "anything")
 	expect(t, c, "ERROR "+errWrongPass, "AUTH", "bob", "x")
 }
 
-func TestProtectedModeAndMaxClientsAtAdmission(t *testing.T) {
-	srv, err := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	remote := &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 5000}
-	local := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 5000}
-	c := &bufConn{}
-	if srv.admit(c, remote) || !strings.HasPrefix(string(c.out), "-DENIED ") {
-		t.Fatalf("protected mode let a non-loopback client in without a password: %q", c.out)
-	}
-	c.out = nil
-	if !srv.admit(c, local) || len(c.out) != 0 {
-		t.Fatalf("protected mode refused a loopback client: %q", c.out)
-	}
-	withPass, _ := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true, RequirePass: "p"})
-	if !withPass.admit(&bufConn{}, remote) {
-		t.Fatal("with a password, protected mode must admit remote clients (they still need AUTH)")
-	}
-	off, _ := NewServer(Config{Limiter: newInlineLimiter()})
-	if !off.admit(&bufConn{}, remote) {
-		t.Fatal("--protected-mode=false must admit remote clients")
-	}
-}
-
 func TestMaxClients(t *testing.T) {
-	ts := startServer(t, func(cfg *Config) { cfg.MaxClients = 2 })
+	ts := startServer(t, func(cfg *resp.Config) { cfg.MaxClients = 2 })
 	for range 2 {
-		c := dialRaw(t, ts.addr)
-		c.send(t, "PING\r\n")
-		c.line(t)
+		c := ts.Dial(t)
+		c.Send(t, "PING\r\n")
+		c.Line(t)
 	}
-	third := dialRaw(t, ts.addr)
-	if got := third.line(t); got != "-"+errMaxClients+"\r\n" {
+	third := ts.Dial(t)
+	if got := third.Line(t); got != "-ERR max number of clients reached\r\n" {
 		t.Fatalf("third client: %q", got)
 	}
-	third.expectClosed(t)
-	if st := ts.srv.Stats(); st.RejectedConnections != 1 {
+	third.ExpectClosed(t)
+	if st := ts.Server.Stats(); st.RejectedConnections != 1 {
 		t.Fatalf("rejected connections %d, want 1", st.RejectedConnections)
 	}
 }
 
 func TestIdleTimeoutClosesQuietClients(t *testing.T) {
-	ts := startServer(t, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
-	c := dialRaw(t, ts.addr)
-	c.send(t, "PING\r\n")
-	if c.line(t) != "+PONG\r\n" {
+	ts := startServer(t, func(cfg *resp.Config) { cfg.IdleTimeout = 200 * time.Millisecond })
+	c := ts.Dial(t)
+	c.Send(t, "PING\r\n")
+	if c.Line(t) != "+PONG\r\n" {
 		t.Fatal("no PONG")
 	}
 	start := time.Now()
-	c.expectClosed(t)
+	c.ExpectClosed(t)
 	if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("closed after %v, want about 200ms", d)
 	}
@@ -123,11 +101,11 @@ func TestIdleTimeoutClosesQuietClients(t *testing.T) {
 
 func TestPolicies(t *testing.T) {
 	ts := startServer(t, nil)
-	ts.srv.SetPolicies(map[string]Policy{
+	ts.Server.SetPolicies(map[string]resp.Policy{
 		"api":  {Capacity: 10, Rate: 0.001},
 		"pref": {Capacity: 2, Rate: 0.001, Prefix: "p:"},
 	})
-	c := ts.client(t)
+	c := ts.Client(t)
 	expect(t, c, ints(1, 9, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "WITHINFO")
 	expect(t, c, int64(1), "tb.acquire", "u", "policy", "api", "3")
 	expect(t, c, ints(1, 5, 0, 5000000), "TB.PEEK", "u", "POLICY", "api")
@@ -136,14 +114,14 @@ func TestPolicies(t *testing.T) {
 	expect(t, c, int64(1), "TB.ACQUIRE", "u", "POLICY", "pref", "2")
 	expect(t, c, int64(0), "TB.ACQUIRE", "p:u", "2", "0.001")
 	// A reload that lowers the capacity clamps the bucket at its next use.
-	ts.srv.SetPolicies(map[string]Policy{"api": {Capacity: 3, Rate: 0.001}})
+	ts.Server.SetPolicies(map[string]resp.Policy{"api": {Capacity: 3, Rate: 0.001}})
 	expect(t, c, ints(1, 2, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "1", "WITHINFO")
 }
 
 func TestConfigReload(t *testing.T) {
 	calls := 0
 	fail := false
-	ts := startServer(t, func(cfg *Config) {
+	ts := startServer(t, func(cfg *resp.Config) {
 		cfg.Reload = func() error {
 			calls++
 			if fail {
@@ -152,7 +130,7 @@ func TestConfigReload(t *testing.T) {
 			return nil
 		}
 	})
-	c := ts.client(t)
+	c := ts.Client(t)
 	expect(t, c, "OK", "CONFIG", "RELOAD")
 	fail = true
 	expect(t, c, "ERROR ERR reload failed, the running configuration stays: policies.api.capacity: must be > 0", "CONFIG", "RELOAD")
@@ -160,7 +138,7 @@ func TestConfigReload(t *testing.T) {
 		t.Fatalf("Reload called %d times", calls)
 	}
 	none := startServer(t, nil)
-	expect(t, none.client(t), "ERROR ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", "CONFIG", "RELOAD")
+	expect(t, none.Client(t), "ERROR ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", "CONFIG", "RELOAD")
 }
 
 func TestTLSAndMutualTLS(t *testing.T) {
@@ -170,7 +148,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	pool.AddCert(serverCA)
 	clientPool := x509.NewCertPool()
 	clientPool.AddCert(clientCA)
-	ts := startServer(t, func(cfg *Config) {
+	ts := startServer(t, func(cfg *resp.Config) {
 		cfg.TLS = &tls.Config{
 			Certificates: []tls.Certificate{serverCert},
 			ClientCAs:    clientPool,
@@ -178,17 +156,17 @@ func TestTLSAndMutualTLS(t *testing.T) {
 			MinVersion:   tls.VersionTLS12,
 		}
 	})
-	good := ts.client(t, func(o *redis.Options) {
+	good := ts.Client(t, func(o *redis.Options) {
 		o.TLSConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
 	})
 	expect(t, good, int64(1), "TB.ACQUIRE", "tls", "1", "1")
-	anon := ts.client(t, func(o *redis.Options) {
+	anon := ts.Client(t, func(o *redis.Options) {
 		o.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	})
 	if err := anon.Ping(context.Background()).Err(); err == nil {
 		t.Fatal("a client without a certificate got through mutual TLS")
 	}
-	plain := ts.client(t)
+	plain := ts.Client(t)
 	if err := plain.Ping(context.Background()).Err(); err == nil {
 		t.Fatal("a plaintext client got an answer from the TLS port")
 	}
@@ -198,9 +176,9 @@ func TestTLSAndMutualTLS(t *testing.T) {
 // kind, so the error metrics and INFO add up to the errors clients saw.
 func TestEveryErrorReplyIsCounted(t *testing.T) {
 	ts := startServer(t, nil)
-	c := ts.client(t)
+	c := ts.Client(t)
 	expect(t, c, "PONG", "PING") // connect first: go-redis's HELLO 3 gets NOPROTO, an error too
-	before := ts.srv.Stats().Errors
+	before := ts.Server.Stats().Errors
 	for _, args := range [][]any{
 		{"PING", "a", "b"}, {"SELECT", "7"}, {"HELLO", "3"}, {"CLIENT", "SETNAME", "a b"},
 		{"CLIENT", "FLY"}, {"CONFIG", "RELOAD"}, {"NOSUCH"}, {"TB.ACQUIRE", "k", "x", "1"}, {"AUTH", "x"},
@@ -211,7 +189,7 @@ func TestEveryErrorReplyIsCounted(t *testing.T) {
 	}
 	// The per-pipeline tally is added to the counters before the reply is
 	// written, so the counts are final once the client has its replies.
-	after := ts.srv.Stats().Errors
+	after := ts.Server.Stats().Errors
 	total := int64(0)
 	for i := range after {
 		total += after[i] - before[i]
@@ -219,13 +197,13 @@ func TestEveryErrorReplyIsCounted(t *testing.T) {
 	if total != 9 {
 		t.Fatalf("%d errors counted for 9 error replies: %v -> %v", total, before, after)
 	}
-	if got := after[ErrArity] - before[ErrArity]; got != 1 {
+	if got := after[resp.ErrArity] - before[resp.ErrArity]; got != 1 {
 		t.Errorf("arity errors %d, want 1", got)
 	}
-	if got := after[ErrUnknownCmd] - before[ErrUnknownCmd]; got != 2 {
+	if got := after[resp.ErrUnknownCmd] - before[resp.ErrUnknownCmd]; got != 2 {
 		t.Errorf("unknown command/subcommand errors %d, want 2", got)
 	}
-	if got := after[ErrAuth] - before[ErrAuth]; got != 1 {
+	if got := after[resp.ErrAuth] - before[resp.ErrAuth]; got != 1 {
 		t.Errorf("auth errors %d, want 1", got)
 	}
 }
