@@ -9,21 +9,14 @@ import (
 
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
-// fakeClock is a Clock the test moves by hand; atomic because the shards
-// read it from their own goroutines.
-type fakeClock struct{ micros atomic.Int64 }
-
-func (c *fakeClock) now() int64              { return c.micros.Load() }
-func (c *fakeClock) advance(d time.Duration) { c.micros.Add(int64(d / time.Microsecond)) }
-
-func newTestGroup(t *testing.T, cfg Config) (*Group, *fakeClock) {
+func newTestGroup(t *testing.T, cfg Config) (*Group, *testkit.Clock) {
 	t.Helper()
-	clk := &fakeClock{}
-	clk.micros.Store(1_000_000)
+	clk := testkit.NewClock()
 	if cfg.Clock == nil {
-		cfg.Clock = clk.now
+		cfg.Clock, cfg.Base = clk.Now, clk.Base()
 	}
 	g := New(cfg)
 	t.Cleanup(g.Close)
@@ -166,12 +159,12 @@ func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
 	if n := g.Stats().Buckets; n != 1000 {
 		t.Fatalf("live buckets %d, want 1000", n)
 	}
-	clk.advance(1999 * time.Millisecond)
+	clk.Advance(1999 * time.Millisecond)
 	sweepEveryEntry(t, g)
 	if n := g.Stats().Buckets; n != 1000 {
 		t.Fatalf("a bucket not yet full was swept: %d live", n)
 	}
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	sweepEveryEntry(t, g)
 	if n := g.Stats().Buckets; n != 0 {
 		t.Fatalf("%d buckets full again were not swept", n)
@@ -181,7 +174,7 @@ func TestFullBucketsAreDeletedAndSweptOnlyWhenFull(t *testing.T) {
 	}
 	// A call that leaves a bucket full deletes it at once.
 	runOne(t, c, acquire("x", 10, 1, 1))
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	runOne(t, c, acquire("x", 10, 1, 0.0000001)) // refilled to 10, takes a sliver: not full
 	runOne(t, c, decide.Request{Kind: decide.Reset, Key: []byte("x")})
 	if n := g.Stats().Buckets; n != 0 {
@@ -289,7 +282,7 @@ func TestResetDoesNotCountRefilledBuckets(t *testing.T) {
 	g, clk := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	runOne(t, c, acquire("k", 1, 1000, 1)) // empty; full again after 1 ms
-	clk.advance(10 * time.Millisecond)
+	clk.Advance(10 * time.Millisecond)
 	if r := runOne(t, c, decide.Request{Kind: decide.Reset, Key: []byte("k")}); r.Removed {
 		t.Fatal("TB.RESET counted a bucket that had already refilled, unlike DEL on an expired key")
 	}
@@ -344,10 +337,11 @@ func TestTrackChangesCollectAndRestore(t *testing.T) {
 	// Restore fills in keys this process has not seen, and never
 	// overwrites; a record that is full by now is left out.
 	lim := bucket.Limit{Capacity: 10, Rate: 1}
+	unixNow := clk.Base().UnixMicros(clk.Now()) // records carry Unix time
 	n, err := g.Restore([]Record{
-		{Key: "z", State: bucket.State{Tokens: 2, Last: clk.now()}, Limit: lim},
-		{Key: "a", State: bucket.State{Tokens: 0, Last: clk.now()}, Limit: lim},
-		{Key: "y", State: bucket.State{Tokens: 0, Last: clk.now() - 10_000_000}, Limit: lim},
+		{Key: "z", State: bucket.State{Tokens: 2, Last: unixNow}, Limit: lim},
+		{Key: "a", State: bucket.State{Tokens: 0, Last: unixNow}, Limit: lim},
+		{Key: "y", State: bucket.State{Tokens: 0, Last: unixNow - 10_000_000}, Limit: lim},
 	})
 	if err != nil || n != 1 {
 		t.Fatalf("Restore stored %d (%v), want 1 (z)", n, err)
