@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
 )
@@ -20,6 +22,21 @@ var runGoroutines = []string{
 	"cmd/bucketd.run", "cmd/bucketd.(*daemon)", "cmd/bucketd.(*background)", "cmd/bucketd.(*reloader)",
 	"bucketd/internal/snapshot.", "bucketd/internal/replica.", "bucketd/internal/resp.",
 	"bucketd/internal/shard.", "bucketd/internal/redisstore.", "bucketd/internal/metrics.",
+}
+
+// lingering returns the goroutines in funcs that are still there after a
+// second. A goroutine that signalled its end (closed a channel, called
+// Done) may take a moment more to return; one that was never told to stop
+// stays.
+func lingering(funcs ...string) []string {
+	deadline := time.Now().Add(time.Second)
+	for {
+		left := goroutinesIn(funcs...)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		runtime.Gosched()
+	}
 }
 
 func scrape(t *testing.T, addr string) string {
@@ -92,7 +109,7 @@ func TestEachModeRunsItsPartsAndStopsThemAll(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatalf("run: %v", err)
 			}
-			if left := goroutinesIn(runGoroutines...); len(left) > 0 {
+			if left := lingering(runGoroutines...); len(left) > 0 {
 				t.Fatalf("%d goroutines started by run are still running after it returned:\n%s", len(left), strings.Join(left, "\n\n"))
 			}
 		})
