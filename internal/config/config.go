@@ -309,10 +309,16 @@ func (c *Config) check() error {
 	case c.Replicate != "" && len(c.StoreCluster) > 0:
 		return fmt.Errorf("%s cannot be combined with %s: in store mode Redis already holds the buckets; drop one of them",
 			c.from("replicate"), c.from("store-cluster"))
+	case c.StoreMode() && (c.DataDir != "" || c.MaxBuckets > 0):
+		return errors.New("--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags")
 	}
 	_, err := c.TLSConfig()
 	return err
 }
+
+// StoreMode reports whether Redis keeps the buckets (--store or
+// --store-cluster) instead of bucketd's memory.
+func (c Config) StoreMode() bool { return c.Store != "" || len(c.StoreCluster) > 0 }
 
 // TLSConfig loads the certificate files and returns a server tls.Config for
 // the client port: TLS 1.2 or later, and, when TLSCACert is set, a client

@@ -7,7 +7,8 @@
 // Invariants:
 //   - a Config returned without an error is complete and valid: every value
 //     is in range, the TLS files load, and the settings that exclude each
-//     other (store, store-cluster, replicate) are not combined;
+//     other (store, store-cluster, replicate; store mode and data-dir or
+//     max-buckets) are not combined;
 //   - every value given by any source is checked, even one a higher source
 //     overrides, so a bad environment variable or file key never hides;
 //   - errors name their source (--flag, BUCKETD_VAR or file:line: key) and

@@ -6,24 +6,13 @@ import (
 	"strconv"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 const namespace = "bucketd"
-
-// ReplicationStats are the counters of the Redis replication mode, read
-// at scrape time. Counts are totals since start; depth and lag are values
-// now.
-type ReplicationStats struct {
-	QueueDepth    int64   // bucket changes waiting to be written to Redis
-	QueueCapacity int64   // the most changes the queue holds; more are dropped
-	LagSeconds    float64 // age of the oldest change still queued; 0 when the queue is empty
-	Applied       int64   // changes written to Redis
-	Dropped       int64   // changes dropped because the queue was full
-	RedisErrors   int64   // Redis commands that failed while replicating, and refused buckets
-}
 
 // Sources are the functions the Collector calls at scrape time. Each is
 // called once per scrape, possibly from several scrapes at once, so each
@@ -42,9 +31,10 @@ type Sources struct {
 	// Server returns the protocol front's counters, normally
 	// (*resp.Server).Stats.
 	Server func() resp.ServerStats
-	// Replication returns the replication counters; nil when bucketd does
-	// not replicate to Redis.
-	Replication func() ReplicationStats
+	// Replication returns the replication counters, normally
+	// (*replica.Replicator).Stats; nil when bucketd does not replicate to
+	// Redis. Counts are totals since start; depth and lag are values now.
+	Replication func() replica.Stats
 }
 
 // durationBuckets are the upper bounds, in seconds, of the

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -29,8 +30,8 @@ func fakeSources(replication bool) Sources {
 		Server:      fakeServerStats,
 	}
 	if replication {
-		src.Replication = func() ReplicationStats {
-			return ReplicationStats{QueueDepth: 12, QueueCapacity: 4096, LagSeconds: 0.25, Applied: 900, Dropped: 1, RedisErrors: 2}
+		src.Replication = func() replica.Stats {
+			return replica.Stats{QueueDepth: 12, QueueCapacity: 4096, LagSeconds: 0.25, Applied: 900, Dropped: 1, RedisErrors: 2}
 		}
 	}
 	return src
@@ -279,7 +280,7 @@ func TestCollectCallsEachSourceOnce(t *testing.T) {
 		Buckets:     func() decide.Stats { shards++; return full.Buckets() },
 		QueueDepths: func(dst []int) []int { depths++; return full.QueueDepths(dst) },
 		Server:      func() resp.ServerStats { server++; return full.Server() },
-		Replication: func() ReplicationStats { repl++; return full.Replication() },
+		Replication: func() replica.Stats { repl++; return full.Replication() },
 	}
 	reg, _ := newRegistry(t, src)
 	if _, err := reg.Gather(); err != nil {

@@ -2,8 +2,12 @@ package snapshot
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/shard"
@@ -12,18 +16,60 @@ import (
 // FileName is the snapshot's name inside the data directory.
 const FileName = "buckets.snapshot"
 
-// Keeper snapshots a shard.Group into a data directory and restores it.
+// Keeper snapshots a shard.Group into a data directory and restores it:
+// Restore at start, Run for the periodic snapshots, Final at shutdown.
+// Its methods are safe for concurrent use. Set the exported fields before
+// the first call and do not copy a Keeper after it.
 type Keeper struct {
 	Dir    string
 	Group  *shard.Group
-	Logger *slog.Logger
+	Logger *slog.Logger // (slog.Default())
+
+	// mu makes each Save one step, from reading the shards to the rename:
+	// two Saves never overlap, so the renames land in the order the
+	// shards were read, and an older state never replaces a newer one.
+	mu sync.Mutex
+	// write is Write; tests slow it down to make Saves meet.
+	write func(path string, takenUnixMicros int64, next func() (shard.Record, bool)) (int, error)
 }
 
 // Path is the snapshot file.
 func (k *Keeper) Path() string { return filepath.Join(k.Dir, FileName) }
 
+func (k *Keeper) logger() *slog.Logger {
+	if k.Logger == nil {
+		return slog.Default()
+	}
+	return k.Logger
+}
+
 // restoreChunk is how many records Load hands the shards at a time.
 const restoreChunk = 4096
+
+// Restore is the start-up policy: it creates Dir if needed and loads the
+// snapshot in it, logging what it found. No snapshot yet means no buckets.
+// A corrupt or truncated snapshot stops the start with an error, because
+// starting empty would hand every client a fresh burst, unless
+// ignoreCorrupt (--ignore-corrupt-snapshot) says to start empty; the next
+// snapshot then overwrites the file.
+func (k *Keeper) Restore(ignoreCorrupt bool) error {
+	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	start := time.Now()
+	n, err := k.Load()
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		k.logger().Info("no snapshot yet; starting with no buckets", "path", k.Path())
+	case errors.Is(err, ErrCorrupt) && ignoreCorrupt:
+		k.logger().Warn("snapshot is corrupt; starting with no buckets as --ignore-corrupt-snapshot says (the file is overwritten by the next snapshot)", "err", err)
+	case err != nil:
+		return fmt.Errorf("%w; refusing to start with a fresh burst for every client: fix or remove the file, or start with --ignore-corrupt-snapshot to start with no buckets", err)
+	default:
+		k.logger().Info("loaded snapshot", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
 
 // Load restores the snapshot into the shards, leaving out buckets that
 // have refilled during the downtime (they would be full, which is the same
@@ -52,8 +98,11 @@ func (k *Keeper) Load() (loaded int, err error) {
 	return loaded, err
 }
 
-// Save writes a snapshot of every live bucket.
+// Save writes a snapshot of every live bucket and returns how many it
+// wrote. A Save called while another runs waits for it.
 func (k *Keeper) Save() (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	var all []shard.Record
 	for i := range k.Group.Len() {
 		var err error
@@ -61,8 +110,12 @@ func (k *Keeper) Save() (int, error) {
 			return 0, err
 		}
 	}
+	write := k.write
+	if write == nil {
+		write = Write
+	}
 	i := 0
-	return Write(k.Path(), time.Now().UnixMicro(), func() (shard.Record, bool) {
+	return write(k.Path(), time.Now().UnixMicro(), func() (shard.Record, bool) {
 		if i == len(all) {
 			return shard.Record{}, false
 		}
@@ -72,6 +125,9 @@ func (k *Keeper) Save() (int, error) {
 }
 
 // Run saves a snapshot every interval until ctx ends; failures are logged.
+// It returns once ctx has ended and no Save of its own is in progress, so
+// a caller that waits for Run and then calls Final knows that no periodic
+// snapshot lands after the final one.
 func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -80,13 +136,29 @@ func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if ctx.Err() != nil {
+				return // both were ready: stopping wins over one more snapshot
+			}
 			start := time.Now()
 			n, err := k.Save()
 			if err != nil {
-				k.Logger.Error("snapshot failed; the previous one stays", "path", k.Path(), "err", err)
+				k.logger().Error("snapshot failed; the previous one stays", "path", k.Path(), "err", err)
 				continue
 			}
-			k.Logger.Debug("snapshot written", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+			k.logger().Debug("snapshot written", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}
+}
+
+// Final writes the shutdown snapshot and logs the outcome; a failure
+// leaves the previous snapshot in place. Call it after Run has returned
+// and once nothing changes the buckets any more.
+func (k *Keeper) Final() {
+	start := time.Now()
+	n, err := k.Save()
+	if err != nil {
+		k.logger().Error("final snapshot failed; the previous one stays", "path", k.Path(), "err", err)
+		return
+	}
+	k.logger().Info("snapshot written", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/config"
+	"github.com/bucketd/bucketd/internal/metrics"
+	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// replicateLoadBound is how long a replicating bucketd waits, at start,
+// for its state from Redis before it serves anyway.
+const replicateLoadBound = 60 * time.Second
+
+// daemon is bucketd from listening to exit: the buckets, the protocol
+// server, the metrics, and the goroutines that serve them.
+type daemon struct {
+	cfg    config.Config
+	logger *slog.Logger
+	b      *buckets
+	rl     *reloader
+	srv    *resp.Server
+	reg    *prometheus.Registry
+	tls    bool
+
+	ln      net.Listener    // the client port, once listen succeeded
+	metrics *metrics.Server // nil with --metrics-addr=
+	ready   atomic.Bool     // what /readyz reports
+	bg      background
+}
+
+// newDaemon builds the registry and the protocol server over b.
+func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader, logger *slog.Logger) (*daemon, error) {
+	d := &daemon{cfg: cfg, logger: logger, b: b, rl: rl, reg: prometheus.NewRegistry(), tls: tlsConf != nil}
+	m, err := metrics.New(d.reg, b.metricSources(func() resp.ServerStats { return d.srv.Stats() }))
+	if err != nil {
+		return nil, err
+	}
+	if err := metrics.RegisterRuntime(d.reg); err != nil {
+		return nil, err
+	}
+	serverCfg := resp.Config{
+		Limiter:         b.limiter,
+		MaxKeyBytes:     cfg.MaxKeyBytes,
+		Limits:          resp.Limits{MaxQueryBytes: cfg.MaxQueryBytes, MaxArgs: cfg.MaxArgs},
+		RequirePass:     cfg.RequirePass,
+		ProtectedMode:   cfg.ProtectedMode,
+		MaxClients:      cfg.MaxClients,
+		IdleTimeout:     cfg.IdleTimeout,
+		TLS:             tlsConf,
+		Info:            b.info(),
+		Logger:          logger,
+		Version:         version,
+		ObservePipeline: m.ObservePipeline,
+	}
+	if cfg.File != "" {
+		serverCfg.Reload = rl.reload
+	}
+	if d.srv, err = resp.NewServer(serverCfg); err != nil {
+		return nil, err
+	}
+	rl.srv = d.srv
+	d.srv.SetPolicies(respPolicies(cfg.Policies))
+	return d, nil
+}
+
+// listen opens the client port, then the metrics server: a port in use
+// fails the start before anything is served.
+func (d *daemon) listen() error {
+	ln, err := net.Listen("tcp", d.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server using the port? choose one with --addr)", d.cfg.Addr, err)
+	}
+	d.warnIfExposed(ln.Addr())
+	if d.cfg.MetricsAddr != "" {
+		d.metrics, err = metrics.Start(d.cfg.MetricsAddr, metrics.Handler(d.reg, d.ready.Load), d.logger)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics on %s: %w (choose another with --metrics-addr, or disable with --metrics-addr=)", d.cfg.MetricsAddr, err)
+		}
+	}
+	d.ln = ln
+	return nil
+}
+
+// warnIfExposed says loudly when anyone beyond this host may reach the
+// client port without a password.
+func (d *daemon) warnIfExposed(addr net.Addr) {
+	if tcp, ok := addr.(*net.TCPAddr); !ok || tcp.IP.IsLoopback() || d.cfg.RequirePass != "" {
+		return
+	}
+	if d.cfg.ProtectedMode {
+		d.logger.Warn("LISTENING BEYOND LOOPBACK WITHOUT A PASSWORD: protected mode refuses every non-loopback client; set --requirepass to let them in",
+			"addr", addr.String())
+		return
+	}
+	d.logger.Warn("LISTENING BEYOND LOOPBACK WITHOUT A PASSWORD AND WITH PROTECTED MODE OFF: any host that can reach this address can spend and reset your limits",
+		"addr", addr.String())
+}
+
+// serve runs bucketd until ctx ends, then shuts it down in order. A
+// failure of the client listener ends it early with an error.
+func (d *daemon) serve(ctx context.Context) error {
+	// A replicating bucketd takes its state back from Redis before it
+	// answers anyone, so a restart does not hand every client a fresh
+	// burst; /readyz says "not ready" meanwhile.
+	if d.b.rep != nil {
+		d.b.rep.LoadAtStart(ctx, replicateLoadBound)
+	}
+	// Registered until run returns: a SIGHUP after the reload loop has
+	// ended is dropped, never the default action, which ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	serveErr := d.start(ctx, hup)
+	select {
+	case err := <-serveErr:
+		d.abort()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	d.shutdown(serveErr)
+	return nil
+}
+
+// start runs the background work and the server under d.bg, reports
+// ready, and returns where Serve's result arrives.
+func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
+	d.bg.start(ctx)
+	if d.b.rep != nil {
+		d.bg.run(d.b.rep.Run)
+	}
+	if d.b.keeper != nil {
+		d.bg.run(func(ctx context.Context) { d.b.keeper.Run(ctx, d.cfg.SnapshotInterval) })
+	}
+	d.bg.run(func(ctx context.Context) { d.rl.onSIGHUP(ctx, hup) })
+	serveErr := make(chan error, 1)
+	d.bg.run(func(context.Context) { serveErr <- d.srv.Serve(d.ln) }) // ends with Shutdown
+	d.ready.Store(true)
+	attrs := []any{"addr", d.ln.Addr().String(), "mode", d.b.mode, "shards", d.b.shards(),
+		"gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", d.tls}
+	if d.metrics != nil {
+		attrs = append(attrs, "metrics", d.metrics.Addr().String())
+	}
+	d.logger.Info("listening", attrs...)
+	return serveErr
+}
+
+// shutdown stops bucketd in order: not ready; the server stops accepting
+// and finishes what it read, within --shutdown-timeout; every background
+// goroutine ends and is awaited, so nothing runs beside the last steps;
+// the last changes go to Redis, the final snapshot is written, the shards
+// stop; the metrics server stops last, so the last scrape sees the final
+// counts.
+func (d *daemon) shutdown(serveErr <-chan error) {
+	d.ready.Store(false)
+	d.logger.Info("shutting down", "timeout", d.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err != nil {
+		d.logger.Warn("connections did not finish in time; closed them", "err", err)
+	}
+	if err := <-serveErr; err != nil {
+		d.logger.Warn("serve ended with an error", "err", err)
+	}
+	d.bg.stop()
+	d.b.finish(ctx)
+	d.stopMetrics(ctx)
+	d.logger.Info("stopped")
+}
+
+// abort stops what start started after the client listener failed: no
+// final flush or snapshot, as the process ends with an error.
+func (d *daemon) abort() {
+	d.ready.Store(false)
+	d.bg.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	d.stopMetrics(ctx)
+}
+
+func (d *daemon) stopMetrics(ctx context.Context) {
+	if d.metrics == nil {
+		return
+	}
+	if err := d.metrics.Shutdown(ctx); err != nil {
+		d.logger.Warn("metrics server did not stop cleanly", "err", err)
+	}
+}
+
+// background runs the goroutines of a daemon under one context: stop
+// cancels it and returns once every one of them has returned. The context
+// does not end with run's: replication and snapshots go on while the
+// server drains its connections, and stop ends them after that.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (bg *background) start(parent context.Context) {
+	bg.ctx, bg.cancel = context.WithCancel(context.WithoutCancel(parent))
+}
+
+// run starts fn(ctx) in a goroutine that stop waits for. A goroutine that
+// does not watch ctx (Serve) must be ended otherwise before stop.
+func (bg *background) run(fn func(ctx context.Context)) {
+	bg.wg.Go(func() { fn(bg.ctx) })
+}
+
+func (bg *background) stop() {
+	bg.cancel()
+	bg.wg.Wait()
+}
