@@ -69,7 +69,6 @@ func newBenchServer(tb testing.TB) (*Server, *bufConn) {
 		tb.Fatal(err)
 	}
 	sess := &session{caller: lim.caller, authed: true}
-	sess.counting.tally = &sess.tally
 	return srv, &bufConn{sess: sess}
 }
 

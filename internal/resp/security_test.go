@@ -20,9 +20,9 @@ func TestRequirePass(t *testing.T) {
 	for _, step := range []struct{ send, want string }{
 		{"PING\r\n", "-NOAUTH Authentication required.\r\n"},
 		{"TB.ACQUIRE k 10 1\r\n", "-NOAUTH Authentication required.\r\n"},
-		{"HELLO 2\r\n", "-" + errHelloNoAuth + "\r\n"},
-		{"AUTH wrong\r\n", "-" + errWrongPass + "\r\n"},
-		{"AUTH bob s3cret\r\n", "-" + errWrongPass + "\r\n"},
+		{"HELLO 2\r\n", "-" + errHelloNoAuth.text + "\r\n"},
+		{"AUTH wrong\r\n", "-" + errWrongPass.text + "\r\n"},
+		{"AUTH bob s3cret\r\n", "-" + errWrongPass.text + "\r\n"},
 		{"AUTH s3cret\r\n", "+OK\r\n"},
 		{"TB.ACQUIRE k 10 1\r\n", ":1\r\n"},
 	} {
@@ -39,7 +39,7 @@ func TestRequirePass(t *testing.T) {
 	}
 	c3 := dialRaw(t, ts.addr)
 	c3.send(t, "HELLO 2 AUTH default nope\r\nHELLO 2 AUTH default s3cret\r\n")
-	if got := c3.line(t); got != "-"+errWrongPass+"\r\n" {
+	if got := c3.line(t); got != "-"+errWrongPass.text+"\r\n" {
 		t.Fatalf("HELLO with a wrong password: %q", got)
 	}
 	if got := c3.line(t); got != "*14\r\n" {
@@ -60,9 +60,9 @@ func TestRequirePass(t *testing.T) {
 func TestNoPasswordAuthBehavesLikeRedisDefaultUser(t *testing.T) {
 	ts := startServer(t, nil)
 	c := ts.client(t)
-	expect(t, c, "ERROR "+errNoPasswordSet, "AUTH", "x")
+	expect(t, c, "ERROR "+errNoPasswordSet.text, "AUTH", "x")
 	expect(t, c, "OK", "AUTH", "default", "anything")
-	expect(t, c, "ERROR "+errWrongPass, "AUTH", "bob", "x")
+	expect(t, c, "ERROR "+errWrongPass.text, "AUTH", "bob", "x")
 }
 
 func TestProtectedModeAndMaxClientsAtAdmission(t *testing.T) {

@@ -166,12 +166,12 @@ func TestIntegerRepliesSaturate(t *testing.T) {
 func TestBadInputNamesTheProblemAndChangesNothing(t *testing.T) {
 	ts := startServer(t, func(cfg *Config) { cfg.MaxKeyBytes = 8 })
 	c := ts.client(t)
-	const (
+	var (
 		arityAcq  = "ERROR ERR wrong number of arguments for 'tb.acquire' command"
 		arityPeek = "ERROR ERR wrong number of arguments for 'tb.peek' command"
-		badCap    = "ERROR " + errInvalidCapacity
-		badRate   = "ERROR " + errInvalidRate
-		badCost   = "ERROR " + errInvalidCost
+		badCap    = "ERROR " + errInvalidCapacity.text
+		badRate   = "ERROR " + errInvalidRate.text
+		badCost   = "ERROR " + errInvalidCost.text
 	)
 	for _, tc := range []struct {
 		args []any
@@ -184,8 +184,8 @@ func TestBadInputNamesTheProblemAndChangesNothing(t *testing.T) {
 		{[]any{"TB.PEEK", "k", "10"}, arityPeek},
 		{[]any{"TB.PEEK", "k", "10", "1", "1", "WITHINFO"}, arityPeek},
 		{[]any{"TB.RESET"}, "ERROR ERR wrong number of arguments for 'tb.reset' command"},
-		{[]any{"TB.ACQUIRE", "123456789", "10", "1"}, "ERROR " + errKeyTooLong},
-		{[]any{"TB.RESET", "ok", "123456789"}, "ERROR " + errKeyTooLong},
+		{[]any{"TB.ACQUIRE", "123456789", "10", "1"}, "ERROR " + errKeyTooLong.text},
+		{[]any{"TB.RESET", "ok", "123456789"}, "ERROR " + errKeyTooLong.text},
 		{[]any{"TB.ACQUIRE", "k", "0", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "-1", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "-0", "1"}, badCap},
@@ -197,17 +197,17 @@ func TestBadInputNamesTheProblemAndChangesNothing(t *testing.T) {
 		{[]any{"TB.ACQUIRE", "k", " 10", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "ten", "1"}, badCap},
 		{[]any{"TB.ACQUIRE", "k", "1e999", "1"}, badCap},
-		{[]any{"TB.ACQUIRE", "k", "1.000000000000001e15", "1"}, "ERROR " + errCapacityTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "1.000000000000001e15", "1"}, "ERROR " + errCapacityTooLarge.text},
 		{[]any{"TB.ACQUIRE", "k", "10", "0"}, badRate},
 		{[]any{"TB.ACQUIRE", "k", "10", "-5"}, badRate},
 		{[]any{"TB.ACQUIRE", "k", "10", "NaN"}, badRate},
-		{[]any{"TB.ACQUIRE", "k", "10", "2e15"}, "ERROR " + errRateTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "10", "2e15"}, "ERROR " + errRateTooLarge.text},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "-1"}, badCost},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "x"}, badCost},
 		{[]any{"TB.ACQUIRE", "k", "10", "1", "Infinity"}, badCost},
-		{[]any{"TB.ACQUIRE", "k", "10", "1", "1e16"}, "ERROR " + errCostTooLarge},
+		{[]any{"TB.ACQUIRE", "k", "10", "1", "1e16"}, "ERROR " + errCostTooLarge.text},
 		{[]any{"TB.PEEK", "k", "10", "1", "-1"}, badCost},
-		{[]any{"TB.ACQUIRE", "k", "10", "1", "1", "WITHOUTINFO"}, "ERROR " + errSyntax},
+		{[]any{"TB.ACQUIRE", "k", "10", "1", "1", "WITHOUTINFO"}, "ERROR " + errSyntax.text},
 	} {
 		if got := do(t, c, tc.args...); got != tc.want {
 			t.Errorf("%q:\n got %#v\nwant %#v", tc.args, got, tc.want)
@@ -229,13 +229,13 @@ func TestRedisHousekeepingCommands(t *testing.T) {
 	expect(t, c, "x y", "ECHO", "x y")
 	expect(t, c, "ERROR ERR wrong number of arguments for 'echo' command", "ECHO")
 	expect(t, c, "OK", "SELECT", "0")
-	expect(t, c, "ERROR "+errDBIndex, "SELECT", "1")
-	expect(t, c, "ERROR "+errNotInteger, "SELECT", "zero")
-	expect(t, c, "ERROR "+errNoProto, "HELLO", "3")
-	expect(t, c, "ERROR "+errProtoVersion, "HELLO", "x")
+	expect(t, c, "ERROR "+errDBIndex.text, "SELECT", "1")
+	expect(t, c, "ERROR "+errNotInteger.text, "SELECT", "zero")
+	expect(t, c, "ERROR "+errNoProto.text, "HELLO", "3")
+	expect(t, c, "ERROR "+errProtoVersion.text, "HELLO", "x")
 	expect(t, c, "OK", "CLIENT", "SETNAME", "worker-1")
 	expect(t, c, "worker-1", "CLIENT", "GETNAME")
-	expect(t, c, "ERROR "+errClientName, "CLIENT", "SETNAME", "has space")
+	expect(t, c, "ERROR "+errClientName.text, "CLIENT", "SETNAME", "has space")
 	expect(t, c, "OK", "CLIENT", "SETINFO", "LIB-NAME", "x")
 	expect(t, c, "OK", "client", "setinfo", "lib-ver", "1.0")
 	expect(t, c, "ERROR ERR Unrecognized option 'color'", "CLIENT", "SETINFO", "color", "red")
@@ -244,7 +244,7 @@ func TestRedisHousekeepingCommands(t *testing.T) {
 	expect(t, c, []any{}, "COMMAND", "DOCS")
 	expect(t, c, []any{"save", "", "appendonly", "no"}, "CONFIG", "GET", "save", "appendonly")
 	expect(t, c, []any{}, "CONFIG", "GET", "no-such-param")
-	expect(t, c, "ERROR "+errNoPasswordSet, "AUTH", "secret")
+	expect(t, c, "ERROR "+errNoPasswordSet.text, "AUTH", "secret")
 	expect(t, c, "ERROR ERR unknown command 'FOO', with args beginning with: 'a' 'b c' ", "FOO", "a", "b c")
 	expect(t, c, "ERROR ERR unknown command 'nope', with args beginning with: ", "nope")
 	expect(t, c, int64(0), "DBSIZE")
@@ -365,7 +365,7 @@ func TestPipelineRepliesInOrder(t *testing.T) {
 			want = append(want, fmt.Sprint(min(i+1, 7)))
 		}
 	}
-	want = append(want, errInvalidCapacity, "PONG")
+	want = append(want, errInvalidCapacity.text, "PONG")
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("pipeline replies\n got %v\nwant %v", got, want)
 	}
@@ -553,7 +553,7 @@ func TestManyArgumentsAndBigKeysAreAnswered(t *testing.T) {
 		args = append(args, fmt.Sprint("k", i))
 	}
 	expect(t, c, int64(0), args...)
-	expect(t, c, "ERROR "+errKeyTooLong, "TB.ACQUIRE", strings.Repeat("k", 1<<20), "1", "1")
+	expect(t, c, "ERROR "+errKeyTooLong.text, "TB.ACQUIRE", strings.Repeat("k", 1<<20), "1", "1")
 	expect(t, c, int64(0), "DBSIZE")
 }
 
