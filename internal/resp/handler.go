@@ -244,7 +244,7 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
 	switch kind {
 	case planAcquire:
-		writeBool(c, rs[0].Decision.Allowed)
+		c.WriteInt(boolInt(rs[0].Decision.Allowed))
 	case planAcquireInfo, planPeek:
 		writeDecision(c, rs[0].Decision)
 	case planThrottle:
@@ -260,19 +260,18 @@ func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
 	}
 }
 
-// writeBool writes :1 for true and :0 for false.
-func writeBool(c redcon.Conn, b bool) {
+// boolInt is 1 for true and 0 for false, as the replies show them.
+func boolInt(b bool) int {
 	if b {
-		c.WriteInt(1)
-	} else {
-		c.WriteInt(0)
+		return 1
 	}
+	return 0
 }
 
 // writeDecision writes the four integers of WITHINFO and TB.PEEK.
 func writeDecision(c redcon.Conn, d bucket.Decision) {
 	c.WriteArray(4)
-	writeBool(c, d.Allowed)
+	c.WriteInt(boolInt(d.Allowed))
 	c.WriteInt64(d.Remaining)
 	c.WriteInt64(d.RetryAfterMs)
 	c.WriteInt64(d.ResetAfterMs)
@@ -281,7 +280,7 @@ func writeDecision(c redcon.Conn, d bucket.Decision) {
 // writeThrottle writes CL.THROTTLE's five integers, as redis-cell does.
 func writeThrottle(c redcon.Conn, r bucket.ThrottleResult) {
 	c.WriteArray(5)
-	writeBool(c, r.Limited)
+	c.WriteInt(boolInt(r.Limited))
 	c.WriteInt64(r.Limit)
 	c.WriteInt64(r.Remaining)
 	c.WriteInt64(r.RetryAfterSec)
