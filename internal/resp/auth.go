@@ -8,13 +8,12 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-// Replies of the security layer, worded as Redis 7 words them.
+// Replies that refuse a connection when it is accepted, worded as Redis 7
+// words them. They answer no command, so they are not error replies to be
+// counted by kind: the refusal counts as a rejected connection.
 const (
-	errNoAuth      = "NOAUTH Authentication required."
-	errHelloNoAuth = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-	errWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
-	errMaxClients  = "ERR max number of clients reached"
-	errProtected   = "DENIED bucketd is running in protected mode: no password is set (--requirepass) and this client is not on a loopback address. " +
+	errMaxClients = "ERR max number of clients reached"
+	errProtected  = "DENIED bucketd is running in protected mode: no password is set (--requirepass) and this client is not on a loopback address. " +
 		"Set a password with --requirepass, or, if every host that can reach this port is trusted, start bucketd with --protected-mode=false."
 )
 
@@ -47,27 +46,22 @@ func (p passwordCheck) ok(user, password []byte) bool {
 }
 
 // cmdAuth answers AUTH password and AUTH username password.
-func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) {
+func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) *errorReply {
 	var user, pass []byte
-	switch len(args) {
-	case 2:
+	if len(args) == 3 {
+		user, pass = args[1], args[2]
+	} else {
 		if !s.password.set {
-			c.WriteError(errNoPasswordSet)
-			return
+			return errNoPasswordSet
 		}
 		pass = args[1]
-	case 3:
-		user, pass = args[1], args[2]
-	default:
-		c.WriteError(errArity["auth"])
-		return
 	}
 	if !s.password.ok(user, pass) {
-		c.WriteError(errWrongPass)
-		return
+		return errWrongPass
 	}
 	sess.authed = true
 	c.WriteString("OK")
+	return nil
 }
 
 // admit decides at accept time whether a new client may connect, and

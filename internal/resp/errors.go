@@ -2,55 +2,170 @@ package resp
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/tidwall/redcon"
 )
 
-// Error replies, built once. Every message names the problem; the ones with
-// a fixed text are constants so that a bad request costs no allocation.
+// ErrorKind classifies the error replies bucketd sends, for metrics.
+type ErrorKind uint8
+
+// Error kinds, in the order ErrorKinds lists their names.
 const (
-	errInvalidCapacity  = "ERR invalid capacity: must be a finite number > 0"
-	errCapacityTooLarge = "ERR invalid capacity: must be at most 1e15"
-	errInvalidRate      = "ERR invalid rate: must be a finite number > 0"
-	errRateTooLarge     = "ERR invalid rate: must be at most 1e15"
-	errInvalidCost      = "ERR invalid cost: must be a finite number >= 0"
-	errCostTooLarge     = "ERR invalid cost: must be at most 1e15"
-	errKeyTooLong       = "ERR key too long"
-	errSyntax           = "ERR syntax error"
-	errNotInteger       = "ERR value is not an integer or out of range"
-	errDBIndex          = "ERR DB index is out of range"
-	errNoProto          = "NOPROTO unsupported protocol version"
-	errProtoVersion     = "ERR Protocol version is not an integer or out of range"
-	errShuttingDown     = "ERR server is shutting down, retry on another instance"
-	errNoPasswordSet    = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	errClientName       = "ERR Client names cannot contain spaces, newlines or special characters."
-	errWrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value (CL.THROTTLE and TB.* keys cannot be mixed)"
-	errThrottleBurst    = "ERR invalid max_burst: must be an integer >= 0"
-	errThrottleCount    = "ERR invalid count per period: must be an integer >= 1"
-	errThrottlePeriod   = "ERR invalid period: must be an integer number of seconds >= 1"
-	errThrottleQuantity = "ERR invalid quantity: must be an integer >= 0"
-	errThrottleRange    = "ERR CL.THROTTLE parameters too large: period × (max_burst+1) or period × quantity overflows"
+	ErrArity       ErrorKind = iota // wrong number of arguments
+	ErrInvalidArg                   // a number, key or option that is not valid
+	ErrUnknownCmd                   // unknown command or subcommand
+	ErrProtocol                     // protocol error; the connection was closed
+	ErrAuth                         // NOAUTH, WRONGPASS and friends
+	ErrUnavailable                  // the store could not answer (shutting down, Redis down)
+	numErrorKinds
 )
 
-// Wrong-arity replies, one per command, as Redis words them.
-var errArity = map[string]string{}
+// ErrorKinds names the error kinds, indexed by ErrorKind; the names are
+// metric label values.
+var ErrorKinds = [numErrorKinds]string{"arity", "invalid_argument", "unknown_command", "protocol", "auth", "unavailable"}
 
-func arityError(name string) string {
-	if e, ok := errArity[name]; ok {
-		return e
-	}
-	return "ERR wrong number of arguments for '" + name + "' command"
+// errorReply is an error reply to a command: the text the client gets and
+// the kind it is counted as in INFO and the metrics. Each reply carries its
+// kind from where it is made, so nothing has to work the kind out from the
+// text. Fixed replies are the package variables below, built once, so a bad
+// request costs no allocation; the others are built by the functions that
+// follow them, which quote the client's input.
+type errorReply struct {
+	text string
+	kind ErrorKind
 }
 
-func init() {
-	for _, name := range []string{
-		"tb.acquire", "tb.peek", "tb.reset", "cl.throttle", "ping", "echo", "select", "hello",
-		"client", "command", "info", "dbsize", "config", "auth", "quit",
-		"client|setname", "client|getname", "client|id", "client|setinfo",
-		"command|count", "command|info", "config|get", "config|reload",
-	} {
-		errArity[name] = "ERR wrong number of arguments for '" + name + "' command"
+// Replies to bad arguments.
+var (
+	errInvalidCapacity  = &errorReply{"ERR invalid capacity: must be a finite number > 0", ErrInvalidArg}
+	errCapacityTooLarge = &errorReply{"ERR invalid capacity: must be at most 1e15", ErrInvalidArg}
+	errInvalidRate      = &errorReply{"ERR invalid rate: must be a finite number > 0", ErrInvalidArg}
+	errRateTooLarge     = &errorReply{"ERR invalid rate: must be at most 1e15", ErrInvalidArg}
+	errInvalidCost      = &errorReply{"ERR invalid cost: must be a finite number >= 0", ErrInvalidArg}
+	errCostTooLarge     = &errorReply{"ERR invalid cost: must be at most 1e15", ErrInvalidArg}
+	errKeyTooLong       = &errorReply{"ERR key too long", ErrInvalidArg}
+	errSyntax           = &errorReply{"ERR syntax error", ErrInvalidArg}
+	errNotInteger       = &errorReply{"ERR value is not an integer or out of range", ErrInvalidArg}
+	errDBIndex          = &errorReply{"ERR DB index is out of range", ErrInvalidArg}
+	errNoProto          = &errorReply{"NOPROTO unsupported protocol version", ErrInvalidArg}
+	errProtoVersion     = &errorReply{"ERR Protocol version is not an integer or out of range", ErrInvalidArg}
+	errClientName       = &errorReply{"ERR Client names cannot contain spaces, newlines or special characters.", ErrInvalidArg}
+	errWrongType        = &errorReply{"WRONGTYPE Operation against a key holding the wrong kind of value (CL.THROTTLE and TB.* keys cannot be mixed)", ErrInvalidArg}
+	errThrottleBurst    = &errorReply{"ERR invalid max_burst: must be an integer >= 0", ErrInvalidArg}
+	errThrottleCount    = &errorReply{"ERR invalid count per period: must be an integer >= 1", ErrInvalidArg}
+	errThrottlePeriod   = &errorReply{"ERR invalid period: must be an integer number of seconds >= 1", ErrInvalidArg}
+	errThrottleQuantity = &errorReply{"ERR invalid quantity: must be an integer >= 0", ErrInvalidArg}
+	errThrottleRange    = &errorReply{"ERR CL.THROTTLE parameters too large: period × (max_burst+1) or period × quantity overflows", ErrInvalidArg}
+	errNoReloadConfig   = &errorReply{"ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", ErrInvalidArg}
+)
+
+// Replies of the security layer, worded as Redis 7 words them.
+var (
+	errNoAuth        = &errorReply{"NOAUTH Authentication required.", ErrAuth}
+	errHelloNoAuth   = &errorReply{"NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time", ErrAuth}
+	errWrongPass     = &errorReply{"WRONGPASS invalid username-password pair or user is disabled.", ErrAuth}
+	errNoPasswordSet = &errorReply{"ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?", ErrAuth}
+)
+
+// Replies when the store cannot answer.
+var (
+	errShuttingDown     = &errorReply{"ERR server is shutting down, retry on another instance", ErrUnavailable}
+	errNotApplied       = &errorReply{"ERR the Redis store did not answer: TB.RESET may not have been applied", ErrUnavailable}
+	errThrottleNotStore = &errorReply{"ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE", ErrUnavailable}
+)
+
+// wrongArity is the reply to a command or subcommand called with the wrong
+// number of arguments; name is as COMMAND shows it ("client|setname"). The
+// command table builds each one once.
+func wrongArity(name string) *errorReply {
+	return &errorReply{"ERR wrong number of arguments for '" + name + "' command", ErrArity}
+}
+
+// unknownCommand words the reply as Redis 7 does, quoting at most about
+// 128 bytes of the name and of the arguments.
+func unknownCommand(args [][]byte) *errorReply {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	b.Write(args[0][:min(len(args[0]), 128)])
+	b.WriteString("', with args beginning with: ")
+	quoted := 0
+	for _, a := range args[1:] {
+		if quoted >= 128 {
+			break
+		}
+		n := min(len(a), 128-quoted)
+		b.WriteByte('\'')
+		b.Write(a[:n])
+		b.WriteString("' ")
+		quoted += n + 3
 	}
+	return &errorReply{b.String(), ErrUnknownCmd}
+}
+
+// unknownSubcommand is the reply to a subcommand the command (its name in
+// upper case) does not have.
+func unknownSubcommand(sub []byte, command string) *errorReply {
+	return &errorReply{"ERR unknown subcommand '" + truncate(sub) + "'. Try " + command + " HELP.", ErrUnknownCmd}
+}
+
+func helloOptionError(opt []byte) *errorReply {
+	return &errorReply{"ERR Syntax error in HELLO option '" + truncate(opt) + "'", ErrInvalidArg}
+}
+
+func unrecognizedOption(opt []byte) *errorReply {
+	return &errorReply{"ERR Unrecognized option '" + truncate(opt) + "'", ErrInvalidArg}
+}
+
+func unknownPolicy(name []byte) *errorReply {
+	return &errorReply{"ERR unknown policy '" + truncate(name) + "': define it under policies: in the --config file", ErrInvalidArg}
+}
+
+func reloadFailed(err error) *errorReply {
+	return &errorReply{"ERR reload failed, the running configuration stays: " + err.Error(), ErrUnavailable}
+}
+
+// truncate returns at most the first 128 bytes of b, as Redis quotes
+// arguments in error replies.
+func truncate(b []byte) string { return string(b[:min(len(b), 128)]) }
+
+// answerErrors maps the errors a store's answer can carry to their replies;
+// any other error is the store failing (Redis down) and is quoted.
+var answerErrors = [...]struct {
+	err   error
+	reply *errorReply
+}{
+	{decide.ErrWrongType, errWrongType},
+	{decide.ErrNotApplied, errNotApplied},
+	{decide.ErrUnsupported, errThrottleNotStore},
+}
+
+// answerError returns the reply to the first error among one command's
+// answers, or nil when there is none.
+func answerError(answers []decide.Answer) *errorReply {
+	for i := range answers {
+		err := answers[i].Err
+		if err == nil {
+			continue
+		}
+		for _, m := range answerErrors {
+			if errors.Is(err, m.err) {
+				return m.reply
+			}
+		}
+		return &errorReply{"ERR " + err.Error(), ErrUnavailable}
+	}
+	return nil
+}
+
+// writeError sends an error reply to a command and counts it under its
+// kind. Every error reply to a command is written here, so each is counted
+// once. (Protocol errors close the connection and are counted when it
+// closes; refusals at accept are counted as rejected connections.)
+func (sess *session) writeError(c redcon.Conn, e *errorReply) {
+	sess.tally.error(e.kind)
+	c.WriteError(e.text)
 }
 
 // appendErrorLine appends "-msg\r\n", with any CR or LF in msg turned into
@@ -65,29 +180,4 @@ func appendErrorLine(dst []byte, msg string) []byte {
 		dst = append(dst, c)
 	}
 	return append(dst, '\r', '\n')
-}
-
-// Replies to the errors a store's answer can carry.
-const (
-	errNotApplied       = "ERR the Redis store did not answer: TB.RESET may not have been applied"
-	errThrottleNotStore = "ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE"
-)
-
-// answerError returns the reply and error kind for the first error among
-// one command's answers, or "" when there is none.
-func answerError(answers []decide.Answer) (string, ErrorKind) {
-	for i := range answers {
-		switch err := answers[i].Err; {
-		case err == nil:
-		case errors.Is(err, decide.ErrWrongType):
-			return errWrongType, ErrInvalidArg
-		case errors.Is(err, decide.ErrNotApplied):
-			return errNotApplied, ErrUnavailable
-		case errors.Is(err, decide.ErrUnsupported):
-			return errThrottleNotStore, ErrUnavailable
-		default:
-			return "ERR " + err.Error(), ErrUnavailable
-		}
-	}
-	return "", 0
 }

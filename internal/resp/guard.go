@@ -202,82 +202,129 @@ func (g *guardConn) fail(msg string) {
 // ready past every command it completes.
 func (g *guardConn) scanFrames() {
 	for g.scan < g.end && g.protoErr == "" {
-		switch g.state {
-		case scanStart:
-			g.lineStart = g.scan
-			if g.buf[g.scan] == '*' {
-				g.state = scanCount
-				g.scan++
-			} else {
-				if g.rpos < g.ready || g.inlinePos < len(g.inline) {
-					return // an inline command is translated alone: see below
-				}
-				g.state = scanInline
-			}
-		case scanInline:
-			i := bytes.IndexByte(g.buf[g.scan:g.end], '\n')
-			if i < 0 {
-				g.scan = g.end
-				if g.end-g.lineStart > g.lim.MaxInlineBytes {
-					g.fail("too big inline request")
-				}
-				return
-			}
-			g.scan += i + 1
-			g.translateInline()
-			if g.inlinePos < len(g.inline) {
-				return // hand it out before scanning further
-			}
-		case scanCount, scanBulkLen:
-			line, ok := g.headerLine()
-			if !ok {
-				return
-			}
-			n, valid := parseHeaderInt(line)
-			if g.state == scanCount {
-				if !valid || n > int64(g.lim.MaxArgs) {
-					g.fail("invalid multibulk length")
-					return
-				}
-				if n <= 0 { // "*0" and "*-1" are empty commands: Redis ignores them
-					g.dropEmptyCommand()
-					continue
-				}
-				g.args, g.state = int(n), scanBulkHead
-				continue
-			}
-			if !valid || n < 0 || n > int64(g.lim.MaxQueryBytes) {
-				g.fail("invalid bulk length")
-				return
-			}
-			g.bulkLeft, g.state = n+2, scanBulkData
-		case scanBulkHead:
-			if c := g.buf[g.scan]; c != '$' {
-				g.fail("expected '$', got '" + printable(c) + "'")
-				return
-			}
-			g.lineStart = g.scan
-			g.scan++
-			g.state = scanBulkLen
-		case scanBulkData:
-			take := min(g.bulkLeft, int64(g.end-g.scan))
-			g.scan += int(take)
-			g.bulkLeft -= take
-			if g.bulkLeft > 0 {
-				return
-			}
-			if g.buf[g.scan-2] != '\r' || g.buf[g.scan-1] != '\n' {
-				g.fail("invalid bulk format: payload not followed by CRLF")
-				return
-			}
-			g.args--
-			if g.args == 0 {
-				g.complete()
-			} else {
-				g.state = scanBulkHead
-			}
+		if !g.step() {
+			return
 		}
 	}
+}
+
+// step advances the scanner from its current state over at least one byte,
+// or reports false when it must stop: the bytes have run out, a protocol
+// error was found, or a translated inline command must be handed out first.
+func (g *guardConn) step() bool {
+	switch g.state {
+	case scanStart:
+		return g.stepStart()
+	case scanInline:
+		return g.stepInline()
+	case scanCount:
+		return g.stepCount()
+	case scanBulkHead:
+		return g.stepBulkHead()
+	case scanBulkLen:
+		return g.stepBulkLen()
+	default:
+		return g.stepBulkData()
+	}
+}
+
+// stepStart tells a RESP command ('*') from an inline one.
+func (g *guardConn) stepStart() bool {
+	g.lineStart = g.scan
+	if g.buf[g.scan] == '*' {
+		g.state = scanCount
+		g.scan++
+		return true
+	}
+	if g.rpos < g.ready || g.inlinePos < len(g.inline) {
+		return false // an inline command is translated alone: see translateInline
+	}
+	g.state = scanInline
+	return true
+}
+
+// stepInline looks for the end of an inline command line and translates
+// the line once it is complete.
+func (g *guardConn) stepInline() bool {
+	i := bytes.IndexByte(g.buf[g.scan:g.end], '\n')
+	if i < 0 {
+		g.scan = g.end
+		if g.end-g.lineStart > g.lim.MaxInlineBytes {
+			g.fail("too big inline request")
+		}
+		return false
+	}
+	g.scan += i + 1
+	g.translateInline()
+	return g.inlinePos >= len(g.inline) // hand it out before scanning further
+}
+
+// stepCount reads "*<count>\r\n", the number of arguments of a command.
+func (g *guardConn) stepCount() bool {
+	line, ok := g.headerLine()
+	if !ok {
+		return false
+	}
+	n, valid := parseHeaderInt(line)
+	if !valid || n > int64(g.lim.MaxArgs) {
+		g.fail("invalid multibulk length")
+		return false
+	}
+	if n <= 0 { // "*0" and "*-1" are empty commands: Redis ignores them
+		g.dropEmptyCommand()
+		return true
+	}
+	g.args, g.state = int(n), scanBulkHead
+	return true
+}
+
+// stepBulkHead expects the '$' that starts an argument.
+func (g *guardConn) stepBulkHead() bool {
+	if c := g.buf[g.scan]; c != '$' {
+		g.fail("expected '$', got '" + printable(c) + "'")
+		return false
+	}
+	g.lineStart = g.scan
+	g.scan++
+	g.state = scanBulkLen
+	return true
+}
+
+// stepBulkLen reads "$<len>\r\n", the length of an argument.
+func (g *guardConn) stepBulkLen() bool {
+	line, ok := g.headerLine()
+	if !ok {
+		return false
+	}
+	n, valid := parseHeaderInt(line)
+	if !valid || n < 0 || n > int64(g.lim.MaxQueryBytes) {
+		g.fail("invalid bulk length")
+		return false
+	}
+	g.bulkLeft, g.state = n+2, scanBulkData
+	return true
+}
+
+// stepBulkData skips over an argument's payload and checks the CRLF after
+// it; the last argument completes the command.
+func (g *guardConn) stepBulkData() bool {
+	take := min(g.bulkLeft, int64(g.end-g.scan))
+	g.scan += int(take)
+	g.bulkLeft -= take
+	if g.bulkLeft > 0 {
+		return false
+	}
+	if g.buf[g.scan-2] != '\r' || g.buf[g.scan-1] != '\n' {
+		g.fail("invalid bulk format: payload not followed by CRLF")
+		return false
+	}
+	g.args--
+	if g.args == 0 {
+		g.complete()
+	} else {
+		g.state = scanBulkHead
+	}
+	return true
 }
 
 // headerLine returns the digits of a "*<n>\r\n" or "$<n>\r\n" line (without

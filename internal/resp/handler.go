@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"strings"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
@@ -23,10 +22,9 @@ const (
 
 // planned is one command of a pipeline waiting for its shard results.
 type planned struct {
-	kind    planKind
-	errKind ErrorKind
-	ops     int32
-	err     string
+	kind planKind
+	ops  int32       // requests queued for it
+	err  *errorReply // planError's reply
 }
 
 // handle is redcon's callback for the first command of a read. It takes the
@@ -67,124 +65,97 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 
 // exec plans a bucket command or, for anything else, first answers the
 // planned commands (so replies keep their order and INFO or DBSIZE see the
-// effect of earlier commands) and then answers it directly.
+// effect of earlier commands) and then answers it directly. An error found
+// before the command runs is planned like a reply, in its place.
 func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
-	id := lookup(args[0])
-	sess.tally.command(id)
-	if !sess.authed && id != cmdAuth && id != cmdHello && id != cmdQuit {
-		sess.plan = append(sess.plan, planned{kind: planError, errKind: ErrAuth, err: errNoAuth})
-		return
-	}
-	switch id {
-	case cmdAcquire:
-		s.planAcquire(sess, args)
-	case cmdPeek:
-		s.planPeek(sess, args)
-	case cmdReset:
-		s.planReset(sess, args)
-	case cmdThrottle:
-		s.planThrottle(sess, args)
+	cmd, e := sess.resolve(args)
+	switch {
+	case e != nil:
+		sess.planError(e)
+	case cmd.plan != nil:
+		if e := cmd.plan(s, sess, args); e != nil {
+			sess.planError(e)
+		}
 	default:
 		s.flushPlan(c, sess)
-		sess.counting.Conn = c
-		s.execOther(&sess.counting, sess, id, args)
+		if e := cmd.run(s, c, sess, args); e != nil {
+			sess.writeError(c, e)
+		}
 	}
 }
 
-// fail plans an error reply; kind classifies it for metrics.
-func (sess *session) fail(err string) {
-	kind := ErrInvalidArg
-	if strings.HasPrefix(err, "ERR wrong number") {
-		kind = ErrArity
-	}
-	sess.plan = append(sess.plan, planned{kind: planError, errKind: kind, err: err})
+// planError plans an error reply.
+func (sess *session) planError(e *errorReply) {
+	sess.plan = append(sess.plan, planned{kind: planError, err: e})
 }
 
-// planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO].
-func (s *Server) planAcquire(sess *session, args [][]byte) {
-	if len(args) < 4 || len(args) > 6 {
-		sess.fail(errArity["tb.acquire"])
-		return
+// planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO]
+// (4 to 6 arguments).
+func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
+	op, e := s.parseBucketArgs(sess, args)
+	if e != nil {
+		return e
 	}
-	op, bad := s.parseBucketArgs(sess, args)
-	if bad != "" {
-		sess.fail(bad)
-		return
-	}
-	withInfo := false
+	kind := planAcquire
 	rest := args[4:]
 	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
-		withInfo = true
+		kind = planAcquireInfo
 		rest = rest[:len(rest)-1]
 	}
 	switch len(rest) {
 	case 0:
 		op.Cost = 1
 	case 1:
-		if op.Cost, bad = parseCost(rest[0]); bad != "" {
-			sess.fail(bad)
-			return
+		if op.Cost, e = parseCost(rest[0]); e != nil {
+			return e
 		}
 	default:
-		sess.fail(errSyntax)
-		return
+		return errSyntax
 	}
 	op.Kind = decide.Acquire
 	sess.caller.Add(op)
-	kind := planAcquire
-	if withInfo {
-		kind = planAcquireInfo
-	}
 	sess.plan = append(sess.plan, planned{kind: kind, ops: 1})
+	return nil
 }
 
-// planPeek parses TB.PEEK key capacity rate [cost].
-func (s *Server) planPeek(sess *session, args [][]byte) {
-	if len(args) < 4 || len(args) > 5 {
-		sess.fail(errArity["tb.peek"])
-		return
-	}
-	op, bad := s.parseBucketArgs(sess, args)
-	if bad != "" {
-		sess.fail(bad)
-		return
+// planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments).
+func (s *Server) planPeek(sess *session, args [][]byte) *errorReply {
+	op, e := s.parseBucketArgs(sess, args)
+	if e != nil {
+		return e
 	}
 	op.Cost = 1
 	if len(args) == 5 {
-		if op.Cost, bad = parseCost(args[4]); bad != "" {
-			sess.fail(bad)
-			return
+		if op.Cost, e = parseCost(args[4]); e != nil {
+			return e
 		}
 	}
 	op.Kind = decide.Peek
 	sess.caller.Add(op)
 	sess.plan = append(sess.plan, planned{kind: planPeek, ops: 1})
+	return nil
 }
 
 // planReset parses TB.RESET key [key ...]. All keys are checked before any
 // is queued, so a bad one changes nothing.
-func (s *Server) planReset(sess *session, args [][]byte) {
-	if len(args) < 2 {
-		sess.fail(errArity["tb.reset"])
-		return
-	}
+func (s *Server) planReset(sess *session, args [][]byte) *errorReply {
 	keys := args[1:]
 	for _, k := range keys {
 		if len(k) > s.cfg.MaxKeyBytes {
-			sess.fail(errKeyTooLong)
-			return
+			return errKeyTooLong
 		}
 	}
 	for _, k := range keys {
 		sess.caller.Add(decide.Request{Kind: decide.Reset, Key: k})
 	}
 	sess.plan = append(sess.plan, planned{kind: planReset, ops: int32(len(keys))})
+	return nil
 }
 
 // parseBucketArgs checks key, capacity and rate (or POLICY name), the
-// arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or ""
+// arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or nil
 // when all are valid.
-func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, string) {
+func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, *errorReply) {
 	var op decide.Request
 	op.Key = args[1]
 	if len(op.Key) > s.cfg.MaxKeyBytes {
@@ -193,7 +164,7 @@ func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, 
 	if equalFold(args[2], "POLICY") {
 		p, ok := (*s.policies.Load())[string(args[3])] // no allocation for the lookup
 		if !ok {
-			return op, "ERR unknown policy '" + truncate(args[3]) + "': define it under policies: in the --config file"
+			return op, unknownPolicy(args[3])
 		}
 		if p.Prefix != "" {
 			// The prefixed key lives in the session's arena until the
@@ -208,7 +179,7 @@ func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, 
 			}
 		}
 		op.Limit = bucket.Limit{Capacity: p.Capacity, Rate: p.Rate}
-		return op, ""
+		return op, nil
 	}
 	capacity, ok := parseNumber(args[2])
 	switch {
@@ -225,10 +196,10 @@ func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, 
 		return op, errRateTooLarge
 	}
 	op.Limit = bucket.Limit{Capacity: capacity, Rate: rate}
-	return op, ""
+	return op, nil
 }
 
-func parseCost(b []byte) (float64, string) {
+func parseCost(b []byte) (float64, *errorReply) {
 	cost, ok := parseNumber(b)
 	switch {
 	case !ok || !(cost >= 0):
@@ -236,7 +207,7 @@ func parseCost(b []byte) (float64, string) {
 	case cost > maxParam:
 		return 0, errCostTooLarge
 	}
-	return cost + 0, "" // + 0 turns -0 into 0
+	return cost + 0, nil // + 0 turns -0 into 0
 }
 
 // flushPlan sends the planned bucket operations to the shards and writes
@@ -245,113 +216,108 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 	if len(sess.plan) == 0 {
 		return
 	}
-	results, err := sess.caller.Run()
+	answers, err := sess.caller.Run()
 	next := 0
 	for _, p := range sess.plan {
-		if p.kind == planError {
-			sess.tally.error(p.errKind)
-			c.WriteError(p.err)
-			continue
-		}
-		if err != nil {
-			sess.tally.error(ErrUnavailable)
-			c.WriteError(errShuttingDown)
-			continue
-		}
-		rs := results[next : next+int(p.ops)]
-		next += int(p.ops)
-		if msg, kind := answerError(rs); msg != "" {
-			sess.tally.error(kind)
-			c.WriteError(msg)
-			continue
-		}
-		switch p.kind {
-		case planAcquire:
-			if rs[0].Decision.Allowed {
-				c.WriteInt(1)
+		switch {
+		case p.kind == planError:
+			sess.writeError(c, p.err)
+		case err != nil:
+			sess.writeError(c, errShuttingDown)
+		default:
+			rs := answers[next : next+int(p.ops)]
+			next += int(p.ops)
+			if e := answerError(rs); e != nil {
+				sess.writeError(c, e)
 			} else {
-				c.WriteInt(0)
+				writeAnswer(c, p.kind, rs)
 			}
-		case planAcquireInfo, planPeek:
-			writeDecision(c, rs[0].Decision)
-		case planThrottle:
-			r := rs[0].Throttle
-			c.WriteArray(5)
-			if r.Limited {
-				c.WriteInt(1)
-			} else {
-				c.WriteInt(0)
-			}
-			c.WriteInt64(r.Limit)
-			c.WriteInt64(r.Remaining)
-			c.WriteInt64(r.RetryAfterSec)
-			c.WriteInt64(r.ResetAfterSec)
-		case planReset:
-			removed := 0
-			for _, r := range rs {
-				if r.Removed {
-					removed++
-				}
-			}
-			c.WriteInt(removed)
 		}
 	}
-	clear(sess.plan) // drop error strings
+	clear(sess.plan) // drop dynamic error replies
 	sess.plan = sess.plan[:0]
 	sess.keys = sess.keys[:0]
 }
 
+// writeAnswer writes the reply of one planned bucket command from its
+// answers, which carry no error.
+func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
+	switch kind {
+	case planAcquire:
+		c.WriteInt(boolInt(rs[0].Decision.Allowed))
+	case planAcquireInfo, planPeek:
+		writeDecision(c, rs[0].Decision)
+	case planThrottle:
+		writeThrottle(c, rs[0].Throttle)
+	case planReset:
+		removed := 0
+		for _, r := range rs {
+			if r.Removed {
+				removed++
+			}
+		}
+		c.WriteInt(removed)
+	}
+}
+
+// boolInt is 1 for true and 0 for false, as the replies show them.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writeDecision writes the four integers of WITHINFO and TB.PEEK.
 func writeDecision(c redcon.Conn, d bucket.Decision) {
 	c.WriteArray(4)
-	if d.Allowed {
-		c.WriteInt(1)
-	} else {
-		c.WriteInt(0)
-	}
+	c.WriteInt(boolInt(d.Allowed))
 	c.WriteInt64(d.Remaining)
 	c.WriteInt64(d.RetryAfterMs)
 	c.WriteInt64(d.ResetAfterMs)
 }
 
+// writeThrottle writes CL.THROTTLE's five integers, as redis-cell does.
+func writeThrottle(c redcon.Conn, r bucket.ThrottleResult) {
+	c.WriteArray(5)
+	c.WriteInt(boolInt(r.Limited))
+	c.WriteInt64(r.Limit)
+	c.WriteInt64(r.Remaining)
+	c.WriteInt64(r.RetryAfterSec)
+	c.WriteInt64(r.ResetAfterSec)
+}
+
 // planThrottle parses CL.THROTTLE key max_burst count_per_period period
-// [quantity], redis-cell's command, whose reply it reproduces exactly.
-func (s *Server) planThrottle(sess *session, args [][]byte) {
-	if len(args) < 5 || len(args) > 6 {
-		sess.fail(errArity["cl.throttle"])
-		return
-	}
+// [quantity] (5 or 6 arguments), redis-cell's command, whose reply it
+// reproduces exactly.
+func (s *Server) planThrottle(sess *session, args [][]byte) *errorReply {
 	key := args[1]
 	if len(key) > s.cfg.MaxKeyBytes {
-		sess.fail(errKeyTooLong)
-		return
+		return errKeyTooLong
 	}
 	maxBurst, ok := parseInt(args[2])
 	if !ok || maxBurst < 0 {
-		sess.fail(errThrottleBurst)
-		return
+		return errThrottleBurst
 	}
 	count, ok := parseInt(args[3])
 	if !ok || count < 1 {
-		sess.fail(errThrottleCount)
-		return
+		return errThrottleCount
 	}
 	period, ok := parseInt(args[4])
 	if !ok || period < 1 {
-		sess.fail(errThrottlePeriod)
-		return
+		return errThrottlePeriod
 	}
 	quantity := int64(1)
 	if len(args) == 6 {
 		if quantity, ok = parseInt(args[5]); !ok || quantity < 0 {
-			sess.fail(errThrottleQuantity)
-			return
+			return errThrottleQuantity
 		}
 	}
 	q, ok := bucket.NewGCRA(maxBurst, count, period, quantity)
 	if !ok {
-		sess.fail(errThrottleRange)
-		return
+		return errThrottleRange
 	}
 	sess.caller.Add(decide.Request{Kind: decide.Throttle, Key: key, Quota: q})
 	sess.plan = append(sess.plan, planned{kind: planThrottle, ops: 1})
+	return nil
 }

@@ -19,63 +19,78 @@ func splitInline(line []byte) (words [][]byte, ok bool) {
 			return words, true
 		}
 		var word []byte
-		inDouble, inSingle := false, false
-		for done := false; !done; {
-			switch {
-			case inDouble:
-				switch {
-				case p >= len(line):
-					return nil, false // unterminated quotes
-				case line[p] == '\\' && p+3 < len(line) && line[p+1] == 'x' && isHex(line[p+2]) && isHex(line[p+3]):
-					word = append(word, hexValue(line[p+2])<<4|hexValue(line[p+3]))
-					p += 3
-				case line[p] == '\\' && p+1 < len(line):
-					p++
-					word = append(word, unescape(line[p]))
-				case line[p] == '"':
-					if p+1 < len(line) && !isBlank(line[p+1]) {
-						return nil, false // closing quote must be followed by a blank
-					}
-					done = true
-				default:
-					word = append(word, line[p])
-				}
-			case inSingle:
-				switch {
-				case p >= len(line):
-					return nil, false
-				case line[p] == '\\' && p+1 < len(line) && line[p+1] == '\'':
-					p++
-					word = append(word, '\'')
-				case line[p] == '\'':
-					if p+1 < len(line) && !isBlank(line[p+1]) {
-						return nil, false
-					}
-					done = true
-				default:
-					word = append(word, line[p])
-				}
-			default:
-				switch {
-				case p >= len(line), isBlank(line[p]):
-					done = true
-				case line[p] == '"':
-					inDouble = true
-				case line[p] == '\'':
-					inSingle = true
-				default:
-					word = append(word, line[p])
-				}
-			}
-			if p < len(line) {
-				p++
-			}
+		if word, p, ok = inlineWord(line, p); !ok {
+			return nil, false
 		}
 		if word == nil {
 			word = []byte{} // "" is an empty argument, not a missing one
 		}
 		words = append(words, word)
 	}
+}
+
+// inlineWord reads the word that starts at line[p], and returns it and the
+// position after it. A quote ends the word where it closes.
+func inlineWord(line []byte, p int) (word []byte, next int, ok bool) {
+	for p < len(line) && !isBlank(line[p]) {
+		switch line[p] {
+		case '"':
+			return doubleQuoted(word, line, p+1)
+		case '\'':
+			return singleQuoted(word, line, p+1)
+		}
+		word = append(word, line[p])
+		p++
+	}
+	return word, p, true
+}
+
+// doubleQuoted appends to word the "double-quoted" part that starts at
+// line[p], just after the opening quote, and returns the position after the
+// closing quote. ok is false if the quote is not closed, or is closed and
+// followed by something other than a blank.
+func doubleQuoted(word, line []byte, p int) (_ []byte, next int, ok bool) {
+	for ; p < len(line); p++ {
+		switch c := line[p]; {
+		case c == '\\' && p+3 < len(line) && line[p+1] == 'x' && isHex(line[p+2]) && isHex(line[p+3]):
+			word = append(word, hexValue(line[p+2])<<4|hexValue(line[p+3]))
+			p += 3
+		case c == '\\' && p+1 < len(line):
+			p++
+			word = append(word, unescape(line[p]))
+		case c == '"':
+			return closeQuote(word, line, p)
+		default:
+			word = append(word, c)
+		}
+	}
+	return nil, 0, false
+}
+
+// singleQuoted is doubleQuoted for a 'single-quoted' part, in which only \'
+// is an escape.
+func singleQuoted(word, line []byte, p int) (_ []byte, next int, ok bool) {
+	for ; p < len(line); p++ {
+		switch c := line[p]; {
+		case c == '\\' && p+1 < len(line) && line[p+1] == '\'':
+			p++
+			word = append(word, '\'')
+		case c == '\'':
+			return closeQuote(word, line, p)
+		default:
+			word = append(word, c)
+		}
+	}
+	return nil, 0, false
+}
+
+// closeQuote ends a word at the closing quote line[p], which must be
+// followed by a blank or the end of the line.
+func closeQuote(word, line []byte, p int) (_ []byte, next int, ok bool) {
+	if p+1 < len(line) && !isBlank(line[p+1]) {
+		return nil, 0, false
+	}
+	return word, p + 1, true
 }
 
 // appendMultiBulk appends words as one RESP array of bulk strings.

@@ -231,16 +231,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // session is one connection's state, owned by its goroutine.
 type session struct {
-	id       int64
-	guard    *guardConn
-	caller   Caller
-	plan     []planned
-	name     []byte
-	quit     bool
-	authed   bool
-	tally    tally
-	counting countingConn // execOther writes through it; see countingConn
-	keys     []byte       // prefixed keys of this pipeline's policy commands
+	id     int64
+	guard  *guardConn
+	caller Caller
+	plan   []planned
+	name   []byte
+	quit   bool
+	authed bool
+	tally  tally
+	keys   []byte // prefixed keys of this pipeline's policy commands
 }
 
 func (s *Server) accept(c redcon.Conn) bool {
@@ -269,7 +268,6 @@ func (s *Server) accept(c redcon.Conn) bool {
 		caller: s.cfg.Limiter.NewCaller(),
 		authed: !s.password.set,
 	}
-	sess.counting.tally = &sess.tally
 	c.SetContext(sess)
 	return true
 }

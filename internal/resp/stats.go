@@ -1,40 +1,6 @@
 package resp
 
-import (
-	"strings"
-	"sync/atomic"
-
-	"github.com/tidwall/redcon"
-)
-
-// ErrorKind classifies the error replies bucketd sends, for metrics.
-type ErrorKind uint8
-
-// Error kinds, in the order ErrorKinds lists their names.
-const (
-	ErrArity       ErrorKind = iota // wrong number of arguments
-	ErrInvalidArg                   // a number, key or option that is not valid
-	ErrUnknownCmd                   // unknown command or subcommand
-	ErrProtocol                     // protocol error; the connection was closed
-	ErrAuth                         // NOAUTH, WRONGPASS and friends
-	ErrUnavailable                  // the store could not answer (shutting down, Redis down)
-	numErrorKinds
-)
-
-// ErrorKinds names the error kinds, indexed by ErrorKind; the names are
-// metric label values.
-var ErrorKinds = [numErrorKinds]string{"arity", "invalid_argument", "unknown_command", "protocol", "auth", "unavailable"}
-
-// CommandNames returns the lower-case names of the commands bucketd knows,
-// indexed like ServerStats.Commands; "other" counts unknown commands.
-func CommandNames() []string {
-	names := make([]string, numCommands)
-	names[cmdUnknown] = "other"
-	for _, spec := range commandTable {
-		names[spec.id] = strings.ToLower(spec.upper)
-	}
-	return names
-}
+import "sync/atomic"
 
 // ServerStats are the protocol front's counters, read from atomics.
 type ServerStats struct {
@@ -104,37 +70,4 @@ func (s *Server) flushTally(t *tally) {
 		}
 	}
 	t.any = false
-}
-
-// countingConn counts every error reply written through it, classified by
-// its text, so that no path that answers an error can forget to count it.
-// Each session owns one and points it at its redcon.Conn, so passing it as
-// a redcon.Conn allocates nothing.
-type countingConn struct {
-	redcon.Conn
-	tally *tally
-}
-
-func (c *countingConn) WriteError(msg string) {
-	c.tally.error(classifyError(msg))
-	c.Conn.WriteError(msg)
-}
-
-// classifyError maps an error reply to its kind.
-func classifyError(msg string) ErrorKind {
-	switch {
-	case strings.HasPrefix(msg, "ERR wrong number of arguments"):
-		return ErrArity
-	case strings.HasPrefix(msg, "ERR unknown command"), strings.HasPrefix(msg, "ERR unknown subcommand"):
-		return ErrUnknownCmd
-	case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"),
-		strings.HasPrefix(msg, "DENIED"), strings.HasPrefix(msg, "ERR AUTH"):
-		return ErrAuth
-	case strings.HasPrefix(msg, "ERR Protocol error"):
-		return ErrProtocol
-	case strings.HasPrefix(msg, "ERR server is shutting down"), strings.HasPrefix(msg, "ERR reload failed"),
-		strings.HasPrefix(msg, "ERR max number of clients"):
-		return ErrUnavailable
-	}
-	return ErrInvalidArg
 }

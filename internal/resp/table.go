@@ -1,0 +1,194 @@
+package resp
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// cmdID names a command in the per-command counters; the table lists the
+// commands in this order. cmdUnknown counts the names it does not list.
+type cmdID uint8
+
+const (
+	cmdUnknown cmdID = iota
+	cmdAcquire
+	cmdPeek
+	cmdReset
+	cmdThrottle
+	cmdPing
+	cmdEcho
+	cmdQuit
+	cmdSelect
+	cmdHello
+	cmdClient
+	cmdCommand
+	cmdInfo
+	cmdDBSize
+	cmdConfig
+	cmdAuth
+	numCommands // not a command: the number of cmdIDs
+)
+
+// commandSpec is one entry of the command table: what COMMAND reports
+// about a command, how many arguments it takes, and what answers it. A
+// bucket command has a planner, which queues its requests for the shards;
+// any other command has a handler, which answers at once; a command with
+// subcommands (CLIENT, COMMAND, CONFIG) hands them over, and its handler,
+// if any, answers the form without a subcommand. Planners and handlers
+// return an error reply, or nil when they have planned or written their
+// reply; they run only after the table's checks (authentication, arity,
+// subcommand), so they never check the number of arguments again.
+type commandSpec struct {
+	id    cmdID  // zero for subcommands
+	upper string // the name as sent, in upper case, for case-insensitive matching
+	arity int    // Redis convention, name included: n means exactly n, -n at least n
+	// maxArgs, when arity is -n, is the most arguments taken (name
+	// included); more get the wrong-arity reply. 0 means no limit.
+	maxArgs int
+	flags   []string
+	keys    keyRange
+
+	plan func(s *Server, sess *session, args [][]byte) *errorReply
+	run  func(s *Server, c redcon.Conn, sess *session, args [][]byte) *errorReply
+	subs []commandSpec
+
+	// Filled in from the fields above when the table is built.
+	name       string      // lower case; "parent|sub" for a subcommand
+	noAuth     bool        // the "noauth" flag: answered before AUTH
+	wrongArity *errorReply // the reply to a wrong number of arguments
+}
+
+// keyRange says which arguments are keys, as COMMAND reports it: the first
+// and last key positions (-1: the last argument) and the step between keys.
+type keyRange struct{ first, last, step int }
+
+// commandTable lists the commands in cmdID order, the bucket commands
+// first: lookup tries them first, and they are the hot path. It is built by
+// init because the COMMAND handlers read it.
+var commandTable []commandSpec
+
+func init() {
+	oneKey := keyRange{1, 1, 1}
+	commandTable = []commandSpec{
+		{id: cmdAcquire, upper: "TB.ACQUIRE", arity: -4, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planAcquire},
+		{id: cmdPeek, upper: "TB.PEEK", arity: -4, maxArgs: 5, flags: []string{"readonly", "fast"}, keys: oneKey, plan: (*Server).planPeek},
+		{id: cmdReset, upper: "TB.RESET", arity: -2, flags: []string{"write"}, keys: keyRange{1, -1, 1}, plan: (*Server).planReset},
+		{id: cmdThrottle, upper: "CL.THROTTLE", arity: -5, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planThrottle},
+		{id: cmdPing, upper: "PING", arity: -1, maxArgs: 2, flags: []string{"fast", "stale"}, run: (*Server).cmdPing},
+		{id: cmdEcho, upper: "ECHO", arity: 2, flags: []string{"fast"}, run: (*Server).cmdEcho},
+		{id: cmdQuit, upper: "QUIT", arity: -1, flags: []string{"fast", "noauth"}, run: (*Server).cmdQuit},
+		{id: cmdSelect, upper: "SELECT", arity: 2, flags: []string{"fast", "loading"}, run: (*Server).cmdSelect},
+		{id: cmdHello, upper: "HELLO", arity: -1, flags: []string{"fast", "noauth"}, run: (*Server).cmdHello},
+		{id: cmdClient, upper: "CLIENT", arity: -2, flags: []string{"fast"}, subs: []commandSpec{
+			{upper: "SETNAME", arity: 3, run: (*Server).cmdClientSetName},
+			{upper: "GETNAME", arity: 2, run: (*Server).cmdClientGetName},
+			{upper: "ID", arity: 2, run: (*Server).cmdClientID},
+			{upper: "SETINFO", arity: 4, run: (*Server).cmdClientSetInfo},
+		}},
+		// The subcommands of COMMAND ignore extra arguments (no FILTERBY).
+		{id: cmdCommand, upper: "COMMAND", arity: -1, flags: []string{"loading", "stale"}, run: (*Server).cmdCommand, subs: []commandSpec{
+			{upper: "COUNT", arity: -2, run: (*Server).cmdCommandCount},
+			{upper: "LIST", arity: -2, run: (*Server).cmdCommandList},
+			{upper: "INFO", arity: -2, run: (*Server).cmdCommandInfo},
+			{upper: "DOCS", arity: -2, run: (*Server).cmdCommandDocs},
+		}},
+		{id: cmdInfo, upper: "INFO", arity: -1, flags: []string{"loading", "stale"}, run: (*Server).cmdInfo},
+		{id: cmdDBSize, upper: "DBSIZE", arity: 1, flags: []string{"readonly", "fast"}, run: (*Server).cmdDBSize},
+		{id: cmdConfig, upper: "CONFIG", arity: -2, flags: []string{"admin", "loading", "stale"}, subs: []commandSpec{
+			{upper: "GET", arity: -3, run: (*Server).cmdConfigGet},
+			{upper: "RELOAD", arity: 2, run: (*Server).cmdConfigReload},
+		}},
+		{id: cmdAuth, upper: "AUTH", arity: -2, maxArgs: 3, flags: []string{"fast", "noauth"}, run: (*Server).cmdAuth},
+	}
+	for i := range commandTable {
+		cmd := &commandTable[i]
+		if cmd.id != cmdID(i+1) {
+			panic("resp: commandTable must list commands in cmdID order")
+		}
+		cmd.fill("")
+	}
+}
+
+// fill derives name, noAuth and wrongArity, for cmd and its subcommands,
+// and checks that the entry can answer every call its arity lets through.
+func (cmd *commandSpec) fill(parent string) {
+	cmd.name = strings.ToLower(cmd.upper)
+	if parent != "" {
+		cmd.name = parent + "|" + cmd.name
+	}
+	cmd.noAuth = slices.Contains(cmd.flags, "noauth")
+	cmd.wrongArity = wrongArity(cmd.name)
+	switch {
+	case cmd.plan != nil && (cmd.run != nil || len(cmd.subs) > 0):
+		panic("resp: command " + cmd.name + " has a planner and something else")
+	case cmd.plan == nil && cmd.run == nil && (len(cmd.subs) == 0 || cmd.arity > -2):
+		panic("resp: command " + cmd.name + " needs a planner, a handler or, with arity -2 or less, subcommands")
+	}
+	for i := range cmd.subs {
+		cmd.subs[i].fill(cmd.name)
+	}
+}
+
+// unknownEntry answers every name the table does not list. It is not in
+// the table: COMMAND does not show it. Its count is "other".
+var unknownEntry = commandSpec{id: cmdUnknown, arity: -1, run: (*Server).cmdUnknown}
+
+// lookup finds a command (or a subcommand, in table) by name, ignoring
+// case, without allocating. It returns nil for an unknown name.
+func lookup(table []commandSpec, name []byte) *commandSpec {
+	for i := range table {
+		if equalFold(name, table[i].upper) {
+			return &table[i]
+		}
+	}
+	return nil
+}
+
+// arityOK reports whether n arguments, the name included, suit cmd.
+func (cmd *commandSpec) arityOK(n int) bool {
+	if cmd.arity >= 0 {
+		return n == cmd.arity
+	}
+	return n >= -cmd.arity && (cmd.maxArgs == 0 || n <= cmd.maxArgs)
+}
+
+// resolve finds the entry that answers args and makes the checks every
+// command shares, in this order: authentication, the command's arity, the
+// subcommand's existence and its arity. It counts the command, whatever the
+// outcome. It returns the entry, or the error reply the command gets.
+func (sess *session) resolve(args [][]byte) (*commandSpec, *errorReply) {
+	cmd := lookup(commandTable, args[0])
+	if cmd == nil {
+		cmd = &unknownEntry
+	}
+	sess.tally.command(cmd.id)
+	switch {
+	case !sess.authed && !cmd.noAuth:
+		return nil, errNoAuth
+	case !cmd.arityOK(len(args)):
+		return nil, cmd.wrongArity
+	case len(cmd.subs) == 0 || len(args) == 1:
+		return cmd, nil
+	}
+	sub := lookup(cmd.subs, args[1])
+	switch {
+	case sub == nil:
+		return nil, unknownSubcommand(args[1], cmd.upper)
+	case !sub.arityOK(len(args)):
+		return nil, sub.wrongArity
+	}
+	return sub, nil
+}
+
+// CommandNames returns the lower-case names of the commands bucketd knows,
+// indexed like ServerStats.Commands; "other" counts unknown commands.
+func CommandNames() []string {
+	names := make([]string, numCommands)
+	names[cmdUnknown] = "other"
+	for i := range commandTable {
+		names[commandTable[i].id] = commandTable[i].name
+	}
+	return names
+}
