@@ -120,48 +120,22 @@ type diffGen struct {
 	model  diffModel
 }
 
-func (g *diffGen) capacity() float64 {
-	switch g.r.IntN(10) {
-	case 0:
-		return 1e-3
-	case 1:
-		return 1e12
-	case 2:
-		return 1e15
-	case 3:
-		return 0.5
-	case 4:
-		return 1
-	case 5:
-		return 10
-	case 6:
-		return 3.7
-	default:
-		return math.Pow(10, g.r.Float64()*15-3) // 1e-3 .. 1e12, any fraction
+// pick returns fixed[i] for a draw i < len(fixed) out of slots, and for
+// the other draws a random value from 1e-3 to 1e12 with any fraction.
+func (g *diffGen) pick(slots int, fixed ...float64) float64 {
+	if i := g.r.IntN(slots); i < len(fixed) {
+		return fixed[i]
 	}
+	return math.Pow(10, g.r.Float64()*15-3)
+}
+
+func (g *diffGen) capacity() float64 {
+	return g.pick(10, 1e-3, 1e12, 1e15, 0.5, 1, 10, 3.7)
 }
 
 func (g *diffGen) rate() float64 {
-	switch g.r.IntN(12) {
-	case 0:
-		return 1e-3
-	case 1:
-		return 1e12
-	case 2:
-		return 1e15
-	case 3:
-		return 0.5
-	case 4:
-		return 1
-	case 5:
-		return 1e-300 // reset_after_ms and retry_after_ms saturate
-	case 6:
-		return 1e-9
-	case 7:
-		return 123.456
-	default:
-		return math.Pow(10, g.r.Float64()*15-3)
-	}
+	// 1e-300: reset_after_ms and retry_after_ms saturate.
+	return g.pick(12, 1e-3, 1e12, 1e15, 0.5, 1, 1e-300, 1e-9, 123.456)
 }
 
 func (g *diffGen) cost(capacity float64) float64 {
