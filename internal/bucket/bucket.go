@@ -118,21 +118,6 @@ func (s State) IsFull(l Limit, now int64) bool {
 	return s.TokensAt(l, now) >= l.Capacity
 }
 
-// FullAt returns the first time (microseconds, same clock as Last) at which
-// s will have refilled to l.Capacity, rounded up and saturating at
-// math.MaxInt64 for tiny rates. It is a hint for expiry; IsFull is the test.
-func (s State) FullAt(l Limit) int64 {
-	missing := l.Capacity - s.Tokens
-	if missing <= 0 {
-		return s.Last
-	}
-	wait := saturate(math.Ceil(missing / l.Rate * microsPerSecond))
-	if wait > math.MaxInt64-s.Last {
-		return math.MaxInt64
-	}
-	return s.Last + wait
-}
-
 // ceilMillis returns amount / rate seconds in milliseconds, rounded up, 0
 // for an amount <= 0, saturating at math.MaxInt64.
 //

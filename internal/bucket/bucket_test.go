@@ -170,21 +170,15 @@ func TestFrequentPollingKeepsFractions(t *testing.T) {
 	}
 }
 
-func TestFullAtAndIsFull(t *testing.T) {
+// TestIsFull: 2 of 10 tokens at 4 per second are full exactly 2 s later.
+func TestIsFull(t *testing.T) {
 	l := Limit{Capacity: 10, Rate: 4}
 	s := State{Tokens: 2, Last: t0}
-	at := s.FullAt(l)
-	if at != t0+2_000_000 {
-		t.Fatalf("FullAt = %d, want %d", at, t0+2_000_000)
+	if at := int64(t0 + 2_000_000); s.IsFull(l, at-1) || !s.IsFull(l, at) {
+		t.Fatalf("IsFull around %d is wrong", at)
 	}
-	if s.IsFull(l, at-1) || !s.IsFull(l, at) {
-		t.Fatalf("IsFull around FullAt is wrong")
-	}
-	if got := (State{Tokens: 0, Last: math.MaxInt64 - 5}).FullAt(Limit{1e15, 1e-300}); got != math.MaxInt64 {
-		t.Fatalf("FullAt did not saturate: %d", got)
-	}
-	if got := (State{Tokens: 10, Last: t1}).FullAt(l); got != t1 {
-		t.Fatalf("FullAt of a full bucket = %d, want its Last", got)
+	if !(State{Tokens: 10, Last: t1}).IsFull(l, t1) {
+		t.Fatalf("a bucket with capacity tokens is not full")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/redistest"
 )
 
@@ -83,7 +84,7 @@ func (m diffModel) apply(o diffOp) diffWant {
 				delete(m, o.key)
 			} else {
 				m[o.key] = next
-				w.wrote, w.ttl = true, bucket.TTLMillis(o.limit, next, o.now)
+				w.wrote, w.ttl = true, ttlMillis(o.limit, next, o.now)
 			}
 		}
 	case diffPeek:
@@ -97,7 +98,7 @@ func (m diffModel) apply(o diffOp) diffWant {
 			delete(m, o.key)
 		} else {
 			m[o.key] = o.put
-			w.wrote, w.ttl = true, bucket.TTLMillis(o.limit, o.put, o.now)
+			w.wrote, w.ttl = true, ttlMillis(o.limit, o.put, o.now)
 		}
 	case diffDel:
 		if ok && st.Last > o.now {
@@ -119,48 +120,22 @@ type diffGen struct {
 	model  diffModel
 }
 
-func (g *diffGen) capacity() float64 {
-	switch g.r.IntN(10) {
-	case 0:
-		return 1e-3
-	case 1:
-		return 1e12
-	case 2:
-		return 1e15
-	case 3:
-		return 0.5
-	case 4:
-		return 1
-	case 5:
-		return 10
-	case 6:
-		return 3.7
-	default:
-		return math.Pow(10, g.r.Float64()*15-3) // 1e-3 .. 1e12, any fraction
+// pick returns fixed[i] for a draw i < len(fixed) out of slots, and for
+// the other draws a random value from 1e-3 to 1e12 with any fraction.
+func (g *diffGen) pick(slots int, fixed ...float64) float64 {
+	if i := g.r.IntN(slots); i < len(fixed) {
+		return fixed[i]
 	}
+	return math.Pow(10, g.r.Float64()*15-3)
+}
+
+func (g *diffGen) capacity() float64 {
+	return g.pick(10, 1e-3, 1e12, 1e15, 0.5, 1, 10, 3.7)
 }
 
 func (g *diffGen) rate() float64 {
-	switch g.r.IntN(12) {
-	case 0:
-		return 1e-3
-	case 1:
-		return 1e12
-	case 2:
-		return 1e15
-	case 3:
-		return 0.5
-	case 4:
-		return 1
-	case 5:
-		return 1e-300 // reset_after_ms and retry_after_ms saturate
-	case 6:
-		return 1e-9
-	case 7:
-		return 123.456
-	default:
-		return math.Pow(10, g.r.Float64()*15-3)
-	}
+	// 1e-300: reset_after_ms and retry_after_ms saturate.
+	return g.pick(12, 1e-3, 1e12, 1e15, 0.5, 1, 1e-300, 1e-9, 123.456)
 }
 
 func (g *diffGen) cost(capacity float64) float64 {
@@ -257,16 +232,29 @@ func (g *diffGen) guardTS(key string) int64 {
 	return max(0, g.now-3_000_000+g.r.Int64N(4_000_000))
 }
 
-func (o diffOp) args() []any {
+// call is o as bucketd's Redis client sends it.
+func (o diffOp) call() redisscript.Call {
 	switch o.kind {
 	case diffPeek:
-		return bucket.PeekArgs(o.limit, o.cost, o.now)
+		return redisscript.Call{Op: redisscript.Peek, Limit: o.limit, Cost: o.cost, At: o.now}
 	case diffPut:
-		return bucket.PutArgs(o.limit, o.put)
+		return redisscript.Call{Op: redisscript.Put, Limit: o.limit, State: o.put}
 	case diffDel:
-		return bucket.DelArgs(o.now)
+		return redisscript.Call{Op: redisscript.Del, At: o.now}
 	}
-	return bucket.AcquireArgs(o.limit, o.cost, o.now)
+	return redisscript.Call{Op: redisscript.Acquire, Limit: o.limit, Cost: o.cost, At: o.now}
+}
+
+// commands encodes ops with bucketd's Redis client (internal/redisscript),
+// per keys to a script command: 1 as on a Redis Cluster, or up to
+// redisscript.BatchKeys as on a standalone Redis.
+func commands(ctx context.Context, ops []diffOp, per int) []*redis.Cmd {
+	var b redisscript.Batch
+	b.Reset("")
+	for _, o := range ops {
+		b.AddString(o.key, o.call())
+	}
+	return b.Build(ctx, per)
 }
 
 // maxMicros bounds the times the script accepts (2^53 µs, the year 2255).
@@ -349,12 +337,15 @@ func TestDifferentialRedis(t *testing.T) {
 			persist      *redis.BoolCmd
 		}
 		got := make([]cmds, len(ops))
-		pipe := rdb.TxPipeline()
 		for j := range ops {
 			ops[j] = g.next()
-			o := ops[j]
+		}
+		evals := commands(ctx, ops, 1) // one EVALSHA per op
+		pipe := rdb.TxPipeline()
+		for j, o := range ops {
 			got[j].before = pipe.Time(ctx)
-			got[j].eval = pipe.EvalSha(ctx, bucket.ScriptSHA1, []string{o.key}, o.args()...)
+			got[j].eval = evals[j]
+			_ = pipe.Process(ctx, evals[j]) // only queues; never fails
 			got[j].hash = pipe.HGetAll(ctx, o.key)
 			got[j].pttl = pipe.Do(ctx, "PTTL", o.key)
 			got[j].persist = pipe.Persist(ctx, o.key)
@@ -489,7 +480,7 @@ func compareState(h map[string]string, w diffWant, report func(string, ...any)) 
 // field an integer except a saturated one, which must be the string
 // "9223372036854775807".
 func checkReply(v any, want bucket.Decision, fail func(string, ...any)) {
-	d, err := bucket.ParseReply(v)
+	d, err := redisscript.ParseDecision(v)
 	if err != nil {
 		fail("%v", err)
 		return
@@ -525,8 +516,9 @@ func parseState(h map[string]string) (bucket.State, error) {
 }
 
 // TestDifferentialRedisBatch runs random operations through the script in
-// batches, several keys in one EVALSHA (the form replication and store mode
-// send), and holds every element of every reply and the stored state and
+// batches, several keys in one EVALSHA as bucketd's Redis client encodes
+// them for a standalone Redis (the form replication and store mode send),
+// and holds every element of every reply and the stored state and
 // PTTL of every key after each batch equal to the Go math applied one
 // operation at a time.
 func TestDifferentialRedisBatch(t *testing.T) {
@@ -537,20 +529,17 @@ func TestDifferentialRedisBatch(t *testing.T) {
 	mismatches, batches, largest := 0, 0, 0
 	for done := 0; done < total; {
 		ops := make([]diffOp, min(1+g.r.IntN(24), total-done))
-		keys := make([]string, len(ops))
-		var args []any
 		for j := range ops {
 			ops[j] = g.next()
-			keys[j] = ops[j].key
-			a := ops[j].args()
-			if len(a) != bucket.ArgsPerKey {
-				t.Fatalf("%v: %d arguments, want ArgsPerKey = %d", ops[j], len(a), bucket.ArgsPerKey)
-			}
-			args = append(args, a...)
 		}
+		cmds := commands(ctx, ops, redisscript.BatchKeys)
+		if len(cmds) != 1 {
+			t.Fatalf("%d ops encoded as %d commands, want one batch", len(ops), len(cmds))
+		}
+		eval := cmds[0]
 		pipe := rdb.TxPipeline()
 		before := pipe.Time(ctx)
-		eval := pipe.EvalSha(ctx, bucket.ScriptSHA1, keys, args...)
+		_ = pipe.Process(ctx, eval) // only queues; never fails
 		hashes := make([]*redis.MapStringStringCmd, len(g.keys))
 		pttls := make([]*redis.Cmd, len(g.keys))
 		for k, key := range g.keys {
@@ -631,8 +620,8 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 
-	args := append(bucket.AcquireArgs(l, 3, bucket.RedisTime), "10", "-1", "1", bucket.OpAcquire, "", "")
-	args = append(args, bucket.AcquireArgs(l, 4, bucket.RedisTime)...)
+	args := append(acquireArgs(l, 3, redisscript.RedisTime), acquireArgs(bucket.Limit{Capacity: 10, Rate: -1}, 1, redisscript.RedisTime)...)
+	args = append(args, acquireArgs(l, 4, redisscript.RedisTime)...)
 	v, err := rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:bad", "e:b"}, args...).Result()
 	if err != nil {
 		t.Fatalf("batch with one invalid call: %v", err)
@@ -645,7 +634,7 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 		t.Fatalf("element 2 = %#v, want the invalid rate error", r[1])
 	}
 	for i, want := range map[int]int64{0: 7, 2: 6} {
-		if d, err := bucket.ParseReply(r[i]); err != nil || !d.Allowed || d.Remaining != want {
+		if d, err := redisscript.ParseDecision(r[i]); err != nil || !d.Allowed || d.Remaining != want {
 			t.Fatalf("element %d = %#v (%v), want allowed with %d left", i+1, r[i], err, want)
 		}
 	}
@@ -665,9 +654,9 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 	}
 	args = nil
 	for _, a := range [][]any{
-		bucket.AcquireArgs(l, 1, bucket.RedisTime), bucket.PeekArgs(l, 1, bucket.RedisTime),
-		bucket.PutArgs(l, bucket.State{Tokens: 1, Last: 1}), bucket.DelArgs(1),
-		bucket.AcquireArgs(l, 1, bucket.RedisTime),
+		acquireArgs(l, 1, redisscript.RedisTime), peekArgs(l, 1, redisscript.RedisTime),
+		putArgs(l, bucket.State{Tokens: 1, Last: 1}), delArgs(1),
+		acquireArgs(l, 1, redisscript.RedisTime),
 	} {
 		args = append(args, a...)
 	}
@@ -680,7 +669,7 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 				t.Fatalf("element %d = %#v, want WRONGTYPE", i+1, r[i])
 			}
 		}
-		if d, err := bucket.ParseReply(r[4]); err != nil || d.Remaining != 9 {
+		if d, err := redisscript.ParseDecision(r[4]); err != nil || d.Remaining != 9 {
 			t.Fatalf("element 5 = %#v (%v), want allowed with 9 left", r[4], err)
 		}
 	}
@@ -688,7 +677,7 @@ func TestScriptBatchErrorsAndTime(t *testing.T) {
 		t.Fatalf("the string key was changed to %q", got)
 	}
 
-	err = rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:b"}, bucket.AcquireArgs(l, 1, bucket.RedisTime)...).Err()
+	err = rdb.Eval(ctx, bucket.Script, []string{"e:a", "e:b"}, acquireArgs(l, 1, redisscript.RedisTime)...).Err()
 	if err == nil || !strings.Contains(err.Error(), "2 keys need 12 arguments") {
 		t.Fatalf("2 keys with 6 arguments: %v, want the batch refused", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,10 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/redistest"
 )
 
-// Tests of the script's Go helpers: no Redis needed.
+// Tests without Redis.
 
 func TestScriptSHA1(t *testing.T) {
 	sum := sha1.Sum([]byte(bucket.Script))
@@ -29,49 +29,65 @@ func TestScriptSHA1(t *testing.T) {
 	}
 }
 
-func TestScriptArgs(t *testing.T) {
-	l := bucket.Limit{Capacity: 0.1, Rate: 1e15}
-	for _, tc := range []struct {
-		got, want []any
-	}{
-		{bucket.AcquireArgs(l, 2.5, 1700000000000001), []any{"0.1", "1e+15", "2.5", "acquire", "1700000000000001", ""}},
-		{bucket.AcquireArgs(l, 1, bucket.RedisTime), []any{"0.1", "1e+15", "1", "acquire", "", ""}},
-		{bucket.PeekArgs(l, 0, 5), []any{"0.1", "1e+15", "0", "peek", "5", ""}},
-		{bucket.PutArgs(l, bucket.State{Tokens: 1.0 / 3, Last: 7}), []any{"0.1", "1e+15", "", "put", "7", "0.3333333333333333"}},
-		{bucket.DelArgs(9), []any{"", "", "", "del", "9", ""}},
-	} {
-		if fmt.Sprintf("%q", tc.got) != fmt.Sprintf("%q", tc.want) || len(tc.got) != bucket.ArgsPerKey {
-			t.Errorf("args %q, want %q", tc.got, tc.want)
-		}
+// argv returns the ARGV of one call as bucketd's Redis client
+// (internal/redisscript) encodes it, for the tests that send calls by hand
+// next to other commands, under EVALSHA_RO or malformed.
+func argv(c redisscript.Call) []any {
+	var b redisscript.Batch
+	b.Reset("")
+	b.AddString("k", c)
+	args := b.Build(context.Background(), 1)[0].Args()[4:] // after EVALSHA sha 1 k
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = *a.(*string)
 	}
+	return out
 }
 
-func TestParseReply(t *testing.T) {
-	good := []struct {
-		in   any
-		want bucket.Decision
-	}{
-		{[]any{int64(1), int64(9), int64(0), int64(1000)}, bucket.Decision{Allowed: true, Remaining: 9, ResetAfterMs: 1000}},
-		{[]any{int64(0), int64(2), int64(-1), "9223372036854775807"},
-			bucket.Decision{Remaining: 2, RetryAfterMs: -1, ResetAfterMs: math.MaxInt64}},
-		{[]any{0, 0, "9223372036854775807", 5}, bucket.Decision{RetryAfterMs: math.MaxInt64, ResetAfterMs: 5}},
-	}
-	for _, tc := range good {
-		if got, err := bucket.ParseReply(tc.in); err != nil || got != tc.want {
-			t.Errorf("ParseReply(%v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
-		}
-	}
-	for _, in := range []any{
-		nil, int64(1), "1", []any{int64(1)}, []any{int64(1), int64(1), int64(1), int64(1), int64(1)},
-		[]any{int64(2), int64(0), int64(0), int64(0)}, []any{int64(1), "x", int64(0), int64(0)},
-		[]any{int64(1), 1.5, int64(0), int64(0)}, []any{int64(1), "9223372036854775808", int64(0), int64(0)},
-	} {
-		if _, err := bucket.ParseReply(in); !errors.Is(err, bucket.ErrBadReply) {
-			t.Errorf("ParseReply(%#v) error %v, want ErrBadReply", in, err)
-		}
-	}
+func acquireArgs(l bucket.Limit, cost float64, now int64) []any {
+	return argv(redisscript.Call{Op: redisscript.Acquire, Limit: l, Cost: cost, At: now})
 }
 
+func peekArgs(l bucket.Limit, cost float64, now int64) []any {
+	return argv(redisscript.Call{Op: redisscript.Peek, Limit: l, Cost: cost, At: now})
+}
+
+func putArgs(l bucket.Limit, s bucket.State) []any {
+	return argv(redisscript.Call{Op: redisscript.Put, Limit: l, State: s})
+}
+
+func delArgs(ts int64) []any {
+	return argv(redisscript.Call{Op: redisscript.Del, At: ts})
+}
+
+// The bounds of the PEXPIRE the script sets (its ttl_ms).
+const (
+	// minTTLMillis: Redis expires a key only once its millisecond clock is
+	// past the deadline, so never early, except that PEXPIRE 1 deletes the
+	// key at once when the millisecond ticks inside the command.
+	minTTLMillis int64 = 2
+	// maxTTLMillis: 10 years (of 365 days), so that a tiny rate does not
+	// ask Redis for an expiry it rejects.
+	maxTTLMillis int64 = 10 * 365 * 24 * 60 * 60 * 1000
+)
+
+// ttlMillis is the PEXPIRE the differential tests expect of a write that
+// stores s at now under l: the time until s is refilled, rounded up, in
+// [minTTLMillis, maxTTLMillis], with the script's float64 operations in
+// the script's order.
+func ttlMillis(l bucket.Limit, s bucket.State, now int64) int64 {
+	ms := float64((l.Capacity-s.Tokens)/l.Rate*1000) + float64(s.Last-now)/1000
+	if !(ms < float64(maxTTLMillis)) {
+		return maxTTLMillis
+	}
+	ms = math.Ceil(ms)
+	if ms < float64(minTTLMillis) {
+		return minTTLMillis
+	}
+	return int64(ms)
+}
+
+// TestTTLMillis pins the expectation down on worked figures.
 func TestTTLMillis(t *testing.T) {
 	l := bucket.Limit{Capacity: 10, Rate: 4}
 	for _, tc := range []struct {
@@ -81,16 +97,16 @@ func TestTTLMillis(t *testing.T) {
 		want int64
 	}{
 		{l, bucket.State{Tokens: 2, Last: 100}, 100, 2000},
-		{l, bucket.State{Tokens: 2, Last: 100_100}, 100, 2100},                               // stamped in the future: later
-		{l, bucket.State{Tokens: 10 - 1e-12, Last: 0}, 0, bucket.MinTTLMillis},               // a hair short of full: at least 2
-		{l, bucket.State{Tokens: 10 - 0.002, Last: 0}, 0, bucket.MinTTLMillis},               // 0.5 ms
-		{l, bucket.State{Tokens: 1, Last: 0}, 0, 2250},                                       // 9/4 s
-		{bucket.Limit{Capacity: 1e15, Rate: 1e-300}, bucket.State{}, 0, bucket.MaxTTLMillis}, // capped, not overflowing
+		{l, bucket.State{Tokens: 2, Last: 100_100}, 100, 2100},                        // stamped in the future: later
+		{l, bucket.State{Tokens: 10 - 1e-12, Last: 0}, 0, minTTLMillis},               // a hair short of full: at least 2
+		{l, bucket.State{Tokens: 10 - 0.002, Last: 0}, 0, minTTLMillis},               // 0.5 ms
+		{l, bucket.State{Tokens: 1, Last: 0}, 0, 2250},                                // 9/4 s
+		{bucket.Limit{Capacity: 1e15, Rate: 1e-300}, bucket.State{}, 0, maxTTLMillis}, // capped, not overflowing
 		{bucket.Limit{Capacity: 1, Rate: 1e15}, bucket.State{}, 0, 2},
 		{l, bucket.State{Tokens: 10 - 0.0121, Last: 0}, 0, 4}, // 3.025 ms
 	} {
-		if got := bucket.TTLMillis(tc.l, tc.s, tc.now); got != tc.want {
-			t.Errorf("TTLMillis(%+v, %+v, %d) = %d, want %d", tc.l, tc.s, tc.now, got, tc.want)
+		if got := ttlMillis(tc.l, tc.s, tc.now); got != tc.want {
+			t.Errorf("ttlMillis(%+v, %+v, %d) = %d, want %d", tc.l, tc.s, tc.now, got, tc.want)
 		}
 	}
 }
@@ -149,17 +165,17 @@ func TestScriptPutDelGuards(t *testing.T) {
 		applied int64
 		want    bucket.State // Tokens < 0: no key
 	}{
-		{"put into nothing", bucket.PutArgs(l, bucket.State{Tokens: 3, Last: 1000}), 1, bucket.State{Tokens: 3, Last: 1000}},
-		{"older put is skipped", bucket.PutArgs(l, bucket.State{Tokens: 7, Last: 999}), 0, bucket.State{Tokens: 3, Last: 1000}},
-		{"put with the same ts wins", bucket.PutArgs(l, bucket.State{Tokens: 4.25, Last: 1000}), 1, bucket.State{Tokens: 4.25, Last: 1000}},
-		{"newer put wins", bucket.PutArgs(l, bucket.State{Tokens: 0.1, Last: 2000}), 1, bucket.State{Tokens: 0.1, Last: 2000}},
-		{"older full put deletes nothing", bucket.PutArgs(l, bucket.State{Tokens: 10, Last: 1999}), 0, bucket.State{Tokens: 0.1, Last: 2000}},
-		{"older del is skipped", bucket.DelArgs(1999), 0, bucket.State{Tokens: 0.1, Last: 2000}},
-		{"del with the same ts deletes", bucket.DelArgs(2000), 1, bucket.State{Tokens: -1}},
-		{"del of nothing", bucket.DelArgs(1), 1, bucket.State{Tokens: -1}},
-		{"put again", bucket.PutArgs(l, bucket.State{Tokens: 5, Last: 3000}), 1, bucket.State{Tokens: 5, Last: 3000}},
-		{"newer full put deletes", bucket.PutArgs(l, bucket.State{Tokens: 10, Last: 3001}), 1, bucket.State{Tokens: -1}},
-		{"put more than capacity is full", bucket.PutArgs(l, bucket.State{Tokens: 11, Last: 4000}), 1, bucket.State{Tokens: -1}},
+		{"put into nothing", putArgs(l, bucket.State{Tokens: 3, Last: 1000}), 1, bucket.State{Tokens: 3, Last: 1000}},
+		{"older put is skipped", putArgs(l, bucket.State{Tokens: 7, Last: 999}), 0, bucket.State{Tokens: 3, Last: 1000}},
+		{"put with the same ts wins", putArgs(l, bucket.State{Tokens: 4.25, Last: 1000}), 1, bucket.State{Tokens: 4.25, Last: 1000}},
+		{"newer put wins", putArgs(l, bucket.State{Tokens: 0.1, Last: 2000}), 1, bucket.State{Tokens: 0.1, Last: 2000}},
+		{"older full put deletes nothing", putArgs(l, bucket.State{Tokens: 10, Last: 1999}), 0, bucket.State{Tokens: 0.1, Last: 2000}},
+		{"older del is skipped", delArgs(1999), 0, bucket.State{Tokens: 0.1, Last: 2000}},
+		{"del with the same ts deletes", delArgs(2000), 1, bucket.State{Tokens: -1}},
+		{"del of nothing", delArgs(1), 1, bucket.State{Tokens: -1}},
+		{"put again", putArgs(l, bucket.State{Tokens: 5, Last: 3000}), 1, bucket.State{Tokens: 5, Last: 3000}},
+		{"newer full put deletes", putArgs(l, bucket.State{Tokens: 10, Last: 3001}), 1, bucket.State{Tokens: -1}},
+		{"put more than capacity is full", putArgs(l, bucket.State{Tokens: 11, Last: 4000}), 1, bucket.State{Tokens: -1}},
 	}
 	for _, st := range steps {
 		if got := evalsha(t, rdb, k, st.args); got != st.applied {
@@ -178,8 +194,8 @@ func TestScriptPutDelGuards(t *testing.T) {
 	}
 	// The guard also protects against acquires replayed late: a state
 	// written by an acquire at ts 5000 is not overwritten by a put at 4999.
-	evalsha(t, rdb, k, bucket.AcquireArgs(l, 4, 5000))
-	if got := evalsha(t, rdb, k, bucket.PutArgs(l, bucket.State{Tokens: 1, Last: 4999})); got != int64(0) {
+	evalsha(t, rdb, k, acquireArgs(l, 4, 5000))
+	if got := evalsha(t, rdb, k, putArgs(l, bucket.State{Tokens: 1, Last: 4999})); got != int64(0) {
 		t.Fatalf("put older than an acquire: reply %v, want 0", got)
 	}
 	if s, _ := stored(t, rdb, k); s != (bucket.State{Tokens: 6, Last: 5000}) {
@@ -194,22 +210,22 @@ func TestScriptSaturatedReply(t *testing.T) {
 	l := bucket.Limit{Capacity: 1e15, Rate: 1e-300}
 	const now = 1_700_000_000_000_000
 	s, want := bucket.Acquire(bucket.State{}, false, l, 1, now)
-	v := evalsha(t, rdb, "sat", bucket.AcquireArgs(l, 1, now))
+	v := evalsha(t, rdb, "sat", acquireArgs(l, 1, now))
 	if fmt.Sprint(v) != "[1 999999999999999 0 9223372036854775807]" || v.([]any)[3] != "9223372036854775807" {
 		t.Fatalf("reply %#v, want [1 999999999999999 0 \"9223372036854775807\"]", v)
 	}
-	if got, err := bucket.ParseReply(v); err != nil || got != want || got.ResetAfterMs != math.MaxInt64 {
-		t.Fatalf("ParseReply = %+v, %v; Go says %+v", got, err, want)
+	if got, err := redisscript.ParseDecision(v); err != nil || got != want || got.ResetAfterMs != math.MaxInt64 {
+		t.Fatalf("ParseDecision = %+v, %v; Go says %+v", got, err, want)
 	}
 	// Denied: retry_after_ms saturates too.
 	_, want = bucket.Acquire(s, true, l, 1e15, now)
-	got, err := bucket.ParseReply(evalsha(t, rdb, "sat", bucket.AcquireArgs(l, 1e15, now)))
+	got, err := redisscript.ParseDecision(evalsha(t, rdb, "sat", acquireArgs(l, 1e15, now)))
 	if err != nil || got != want || got.RetryAfterMs != math.MaxInt64 {
 		t.Fatalf("denied: %+v, %v; Go says %+v", got, err, want)
 	}
 	// The expiry is capped instead of overflowing.
-	if ms, err := rdb.PTTL(context.Background(), "sat").Result(); err != nil || ms.Milliseconds() < bucket.MaxTTLMillis-pttlSlackMs {
-		t.Fatalf("PTTL = %v, %v; want about %d ms", ms, err, bucket.MaxTTLMillis)
+	if ms, err := rdb.PTTL(context.Background(), "sat").Result(); err != nil || ms.Milliseconds() < maxTTLMillis-pttlSlackMs {
+		t.Fatalf("PTTL = %v, %v; want about %d ms", ms, err, maxTTLMillis)
 	}
 }
 
@@ -223,7 +239,7 @@ func TestScriptRedisTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TIME: %v", err)
 	}
-	got, err := bucket.ParseReply(evalsha(t, rdb, "clock", bucket.AcquireArgs(l, 3, bucket.RedisTime)))
+	got, err := redisscript.ParseDecision(evalsha(t, rdb, "clock", acquireArgs(l, 3, redisscript.RedisTime)))
 	if want := (bucket.Decision{Allowed: true, Remaining: 7, ResetAfterMs: 6000}); err != nil || got != want {
 		t.Fatalf("first acquire: %+v, %v; want %+v", got, err, want)
 	}
@@ -237,7 +253,7 @@ func TestScriptRedisTime(t *testing.T) {
 	}
 	// A second call refills by whatever Redis time passed: Go, given the
 	// ts the script stored, computes the very same tokens.
-	got, err = bucket.ParseReply(evalsha(t, rdb, "clock", bucket.AcquireArgs(l, 1, bucket.RedisTime)))
+	got, err = redisscript.ParseDecision(evalsha(t, rdb, "clock", acquireArgs(l, 1, redisscript.RedisTime)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +266,7 @@ func TestScriptRedisTime(t *testing.T) {
 		t.Fatalf("second acquire: reply %+v state %+v; Go at ts %d: %+v %+v", got, s2, s2.Last, want, wantState)
 	}
 	// Peek with Redis TIME writes nothing.
-	if _, err := bucket.ParseReply(evalsha(t, rdb, "clock", bucket.PeekArgs(l, 1, bucket.RedisTime))); err != nil {
+	if _, err := redisscript.ParseDecision(evalsha(t, rdb, "clock", peekArgs(l, 1, redisscript.RedisTime))); err != nil {
 		t.Fatal(err)
 	}
 	if s3, _ := stored(t, rdb, "clock"); s3 != s2 {
@@ -263,7 +279,7 @@ func TestScriptRedisTime(t *testing.T) {
 func TestScriptStoredFormat(t *testing.T) {
 	rdb := scriptServer(t)
 	l := bucket.Limit{Capacity: 1, Rate: 1}
-	evalsha(t, rdb, "fmt", bucket.PutArgs(l, bucket.State{Tokens: 0.1, Last: 1_700_000_000_000_000}))
+	evalsha(t, rdb, "fmt", putArgs(l, bucket.State{Tokens: 0.1, Last: 1_700_000_000_000_000}))
 	h, err := rdb.HGetAll(context.Background(), "fmt").Result()
 	if err != nil || h["tokens"] != "0.10000000000000001" || h["ts"] != "1700000000000000" {
 		t.Fatalf("stored %v, %v; want tokens 0.10000000000000001 and ts 1700000000000000", h, err)
@@ -289,9 +305,9 @@ func TestScriptCeilMillisEdges(t *testing.T) {
 					key := "edge:" + strconv.Itoa(n)
 					n++
 					empty := bucket.State{Tokens: 0, Last: ts}
-					evalsha(t, rdb, key, bucket.PutArgs(l, empty))
+					evalsha(t, rdb, key, putArgs(l, empty))
 					want := bucket.Peek(empty, true, l, cost, ts)
-					got, err := bucket.ParseReply(evalsha(t, rdb, key, bucket.PeekArgs(l, cost, ts)))
+					got, err := redisscript.ParseDecision(evalsha(t, rdb, key, peekArgs(l, cost, ts)))
 					if err != nil || got != want {
 						t.Errorf("rate %v cost %v (about %v ms): script %+v, %v; Go %+v", rate, cost, ms, got, err, want)
 					}
@@ -308,7 +324,7 @@ func TestScriptBadInput(t *testing.T) {
 	ctx := context.Background()
 	rdb := scriptServer(t)
 	l := bucket.Limit{Capacity: 10, Rate: 1}
-	evalsha(t, rdb, "bad", bucket.AcquireArgs(l, 4, 1000))
+	evalsha(t, rdb, "bad", acquireArgs(l, 4, 1000))
 	before, _ := stored(t, rdb, "bad")
 	for _, tc := range []struct {
 		args []any
@@ -344,7 +360,7 @@ func TestScriptBadInput(t *testing.T) {
 		t.Fatalf("bad input changed the state %+v -> %+v", before, after)
 	}
 	// Defaults: cost 1 and op acquire.
-	got, err := bucket.ParseReply(evalsha(t, rdb, "defaults", []any{"10", "1"}))
+	got, err := redisscript.ParseDecision(evalsha(t, rdb, "defaults", []any{"10", "1"}))
 	if err != nil || got != (bucket.Decision{Allowed: true, Remaining: 9, ResetAfterMs: 1000}) {
 		t.Fatalf("ARGV 10 1: %+v, %v", got, err)
 	}
@@ -373,11 +389,11 @@ func TestScriptRunOnCluster(t *testing.T) {
 		} else {
 			model[key] = next
 		}
-		v, err := script.Run(ctx, cc, []string{key}, bucket.AcquireArgs(l, 2, now)...).Result()
+		v, err := script.Run(ctx, cc, []string{key}, acquireArgs(l, 2, now)...).Result()
 		if err != nil {
 			t.Fatalf("Run on %s: %v", key, err)
 		}
-		if got, err := bucket.ParseReply(v); err != nil || got != want {
+		if got, err := redisscript.ParseDecision(v); err != nil || got != want {
 			t.Fatalf("call %d on %s: %+v, %v; Go %+v", i, key, got, err, want)
 		}
 	}
@@ -389,27 +405,27 @@ func TestScriptPeekIsReadOnly(t *testing.T) {
 	ctx := context.Background()
 	rdb := scriptServer(t)
 	l := bucket.Limit{Capacity: 10, Rate: 1}
-	evalsha(t, rdb, "ro", bucket.AcquireArgs(l, 4, 1000))
+	evalsha(t, rdb, "ro", acquireArgs(l, 4, 1000))
 	s, _ := stored(t, rdb, "ro")
 	for _, tc := range []struct {
 		args []any
 		cost float64
 	}{
-		{bucket.PeekArgs(l, 3, 2000), 3},
-		{bucket.AcquireArgs(l, 0, 2000), 0},
+		{peekArgs(l, 3, 2000), 3},
+		{acquireArgs(l, 0, 2000), 0},
 	} {
 		v, err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, tc.args...).Result()
 		if err != nil {
 			t.Fatalf("EVALSHA_RO %v: %v", tc.args, err)
 		}
-		if got, err := bucket.ParseReply(v); err != nil || got != bucket.Peek(s, true, l, tc.cost, 2000) {
+		if got, err := redisscript.ParseDecision(v); err != nil || got != bucket.Peek(s, true, l, tc.cost, 2000) {
 			t.Fatalf("EVALSHA_RO %v: %+v, %v; Go %+v", tc.args, got, err, bucket.Peek(s, true, l, tc.cost, 2000))
 		}
 	}
-	if err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, bucket.PeekArgs(l, 1, bucket.RedisTime)...).Err(); err != nil {
+	if err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, peekArgs(l, 1, redisscript.RedisTime)...).Err(); err != nil {
 		t.Fatalf("EVALSHA_RO peek with Redis TIME: %v", err)
 	}
-	if err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, bucket.AcquireArgs(l, 1, 3000)...).Err(); err == nil {
+	if err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, acquireArgs(l, 1, 3000)...).Err(); err == nil {
 		t.Fatal("an acquire ran under EVALSHA_RO")
 	}
 	if after, _ := stored(t, rdb, "ro"); after != s {

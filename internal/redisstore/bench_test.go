@@ -8,6 +8,7 @@ import (
 
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/redistest"
 )
 
@@ -67,7 +68,7 @@ func BenchmarkDirectEVALSHAParallel(b *testing.B) {
 	for i := range keys {
 		keys[i] = "tb:bench:" + strconv.Itoa(i)
 	}
-	args := bucket.AcquireArgs(benchLimit, 1, bucket.RedisTime)
+	args := []any{"1e+09", "1e+06", "1", "acquire", "", ""} // benchLimit, cost 1, Redis TIME
 	b.ReportAllocs()
 	b.SetParallelism(16)
 	b.ResetTimer()
@@ -79,7 +80,7 @@ func BenchmarkDirectEVALSHAParallel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if d, err := bucket.ParseReply(v); err != nil || !d.Allowed {
+			if d, err := redisscript.ParseDecision(v); err != nil || !d.Allowed {
 				b.Fatalf("reply %v: %v", v, err)
 			}
 		}

@@ -9,7 +9,8 @@
 // Caller's own completion channel (made once, reused for every Run). One
 // dispatcher goroutine takes what is waiting, up to MaxBatch operations,
 // and hands it to one of Pipelines worker goroutines, which sends it to
-// Redis as one pipeline of EVALSHA (acquire, peek) and DEL (reset) commands.
+// Redis as one pipeline of EVALSHA (acquire, peek) and DEL (reset) commands,
+// encoded and sent by internal/redisscript.
 // When nothing waits and a worker is idle, Run hands its unit to the worker
 // directly, saving the dispatcher's hop. A connection's operations are
 // never split across pipelines, so its commands on one key reach Redis in
@@ -30,7 +31,7 @@
 //     timer that answers what the Redis client has not returned.
 //   - A command Redis may have executed is never sent again: the commands
 //     are marked not-retryable for go-redis and New refuses clients with
-//     retries on. Only operations whose reply was NOSCRIPT (the script was
+//     retries on. Only commands whose reply was NOSCRIPT (the script was
 //     not run) are sent again, with the script itself (EVAL).
 //   - Counters are atomics; INFO and metrics read them without stopping
 //     anything.

@@ -3,55 +3,17 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/redisscript"
 )
-
-// The script, its SHA-1 and the ops as variables, so that commands can
-// carry pointers to them: go-redis writes *string arguments, and a pointer
-// goes into an interface without an allocation, a string variable not.
-var (
-	scriptSHA = bucket.ScriptSHA1
-	scriptSrc = bucket.Script
-	opAcquire = bucket.OpAcquire
-	opPeek    = bucket.OpPeek
-)
-
-// Arguments per operation in a script command: the key and its six ARGV
-// (capacity rate cost op now tokens), plus EVALSHA sha numkeys once per
-// command. Ten per operation is room for every command build makes, a
-// one-operation command included.
-const scriptArgs = 10
-
-// batchKeys is how many operations one script call carries on a
-// standalone Redis (the script's batch form: n keys, six ARGV each). Redis
-// pays its per-call cost once for all of them, a third of its work per
-// operation, which is what lets bucketd in front of Redis keep up with
-// clients calling EVALSHA themselves. The operations of one call decide at
-// one Redis TIME, as a shard's batch decides at one instant. On a cluster
-// the keys of one call would have to share a hash slot, so each operation
-// gets its own call there.
-const batchKeys = 64
-
-// numKeys holds "0" … "batchKeys" for the numkeys argument, as variables
-// so commands can point at them without an allocation.
-var numKeys = func() []string {
-	n := make([]string, batchKeys+1)
-	for i := range n {
-		n[i] = strconv.Itoa(i)
-	}
-	return n
-}()
 
 // pipe is one pipeline: the operations of one or more Callers, answered
 // together. It is made per pipeline and never reused, so a timer or a
-// worker that finishes late can only touch its own pipe.
+// worker that finishes late can only touch its own pipe. Its commands are
+// in the worker's redisscript.Batch, call i for refs[i].
 type pipe struct {
 	deadline time.Time
 	refs     []ref
@@ -59,21 +21,12 @@ type pipe struct {
 	// with Redis's reply, or by the timer with the policy's answer,
 	// whichever comes first.
 	answered []atomic.Uint32
-	cmds     []*redis.Cmd // one per command; a script command may answer several refs
-	at       []answerAt   // per ref: where its answer is
-	strs     []string     // prefixed keys and formatted numbers; commands point into it
-	args     []any        // the arguments of cmds, one backing array
 }
-
-// answerAt locates a ref's answer: command cmd of the pipe, and in a batch
-// command's array reply element elem (-1 for a command of one operation).
-type answerAt struct{ cmd, elem int32 }
 
 // ref is one operation in a pipe.
 type ref struct {
 	c    *Caller
 	i    int32       // index in c.ops and c.results
-	str  int32       // index of the prefixed key in pipe.strs; capacity, rate and cost follow it
 	kind decide.Kind // copied: c.ops is the connection's once answered
 }
 
@@ -97,20 +50,12 @@ func (p *pipe) add(c *Caller) {
 	}
 }
 
-// noRetry marks a command as one go-redis must not send again after a
-// transport error or a retryable error reply: Redis may have run it.
-// Redirections (MOVED, ASK), after which Redis has not run it, still work.
-type noRetry struct{ *redis.Cmd }
-
-func (noRetry) NoRetry() bool { return true }
-
-// worker sends pipelines to Redis, one at a time. Its scratch buffers are
-// used only while it builds a pipe.
+// worker sends pipelines to Redis, one at a time. Its batch holds the
+// commands of the pipe it works on, from build to the last answer.
 type worker struct {
 	s     *Store
 	in    chan *pipe
-	arena []byte
-	ends  []int
+	batch redisscript.Batch
 }
 
 func (w *worker) run() {
@@ -286,251 +231,70 @@ func (w *worker) execute(p *pipe) {
 	guard := time.AfterFunc(time.Until(p.deadline)+s.grace, func() { s.expirePipe(p) })
 	defer guard.Stop()
 
-	pl := s.client.Pipeline()
-	cmders := make([]redis.Cmder, len(p.cmds))
-	for i, cmd := range p.cmds {
-		cmders[i] = noRetry{cmd}
-	}
-	_ = pl.BatchProcess(ctx, cmders...) // only queues; never fails
-	// Exec's error is the first command's; each command carries its own.
-	_, _ = pl.Exec(ctx)
-
-	var retry []int
-	var firstErr error
+	s.scriptLoads.Add(int64(w.batch.Send(ctx, s.client)))
+	var lastErr error
 	failed := 0
 	for i := range p.refs {
-		at := p.at[i]
-		cmd := p.cmds[at.cmd]
-		if isNoScript(cmd.Err()) {
-			retry = append(retry, i) // sent again on its own
-			continue
-		}
-		r, err := s.outcome(p.refs[i].kind, cmd, int(at.elem))
-		if s.settle(p, i, r, err != nil) && err != nil {
-			failed++
-			firstErr = err
-		}
-	}
-	// NOSCRIPT: Redis did not run the script, so sending it again is safe.
-	// The first round sends the script itself (EVAL) once per node and
-	// EVALSHA behind it; the second sends EVAL for whatever still failed.
-	for round := 0; len(retry) > 0 && round < 2; round++ {
-		var f int
-		var err error
-		retry, f, err = w.reload(ctx, p, retry, round)
-		failed += f
-		if err != nil {
-			firstErr = err
-		}
-	}
-	for _, i := range retry {
-		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
-			failed++
-			firstErr = redis.ErrNoScript
-		}
-	}
-	if failed > 0 {
-		s.logError("Redis call failed", firstErr, failed)
-	}
-}
-
-// reload sends the operations idx of p again after NOSCRIPT, with EVAL
-// where the script must be loaded, and answers them. It returns those that
-// got NOSCRIPT again, the number of failures and the last failure.
-func (w *worker) reload(ctx context.Context, p *pipe, idx []int, round int) (again []int, failed int, lastErr error) {
-	s := w.s
-	pl := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(idx))
-	evalSent := false                // standalone
-	var nodes map[*redis.Client]bool // cluster: masters with an EVAL in this round
-	for j, i := range idx {
-		eval := round > 0
-		switch {
-		case eval:
-		case s.cluster == nil:
-			eval = !evalSent
-			evalSent = true
-		default:
-			node, err := s.cluster.MasterForKey(ctx, p.strs[p.refs[i].str])
-			if err != nil || !nodes[node] {
-				eval = true
-				if nodes == nil {
-					nodes = make(map[*redis.Client]bool)
-				}
-				nodes[node] = true
-			}
-		}
-		if eval {
-			s.scriptLoads.Add(1)
-		}
-		cmds[j] = p.scriptCmd(ctx, i, eval)
-		_ = pl.Process(ctx, noRetry{cmds[j]}) // only queues; never fails
-	}
-	_, _ = pl.Exec(ctx)
-	for j, i := range idx {
-		if isNoScript(cmds[j].Err()) {
-			again = append(again, i)
-			continue
-		}
-		r, err := s.outcome(p.refs[i].kind, cmds[j], -1)
+		v, err := w.batch.Reply(i)
+		r, err := s.outcome(p.refs[i].kind, v, err)
 		if s.settle(p, i, r, err != nil) && err != nil {
 			failed++
 			lastErr = err
 		}
 	}
-	return again, failed, lastErr
+	if failed > 0 {
+		s.logError("Redis call failed", lastErr, failed)
+	}
 }
 
-// outcome turns a command's reply (element elem of it for a batch, -1 for
-// the whole reply) into the operation's result, or the policy's result and
-// the error.
-func (s *Store) outcome(k decide.Kind, cmd *redis.Cmd, elem int) (decide.Answer, error) {
-	v, err := cmd.Val(), cmd.Err()
-	if err == nil && elem >= 0 {
-		if a, ok := v.([]any); ok && elem < len(a) {
-			v = a[elem]
-			err, _ = v.(error) // the script's error for this operation only
-		} else {
-			err = fmt.Errorf("%w: want an array with element %d, got %T", bucket.ErrBadReply, elem+1, v)
+// build puts p's operations into the worker's batch and makes their
+// commands: after it, p no longer refers to any connection's buffers, so a
+// Caller answered by the timer may reuse them while Redis still reads the
+// commands. Every acquire and peek decides at Redis TIME.
+func (w *worker) build(ctx context.Context, p *pipe) {
+	b := &w.batch
+	b.Reset(w.s.cfg.Prefix)
+	for j := range p.refs {
+		r := &p.refs[j]
+		op := &r.c.ops[r.i]
+		c := redisscript.Call{Op: redisscript.Acquire, Limit: op.Limit, Cost: op.Cost, At: redisscript.RedisTime}
+		switch r.kind {
+		case decide.Peek:
+			c.Op = redisscript.Peek
+		case decide.Reset:
+			c = redisscript.Call{Op: redisscript.Reset}
 		}
+		b.Add(op.Key, c)
 	}
-	if err != nil {
-		if k != decide.Reset && redis.HasErrorPrefix(err, "WRONGTYPE") {
+	p.answered = make([]atomic.Uint32, len(p.refs))
+	b.Build(ctx, w.s.perCall)
+}
+
+// outcome turns the reply to an operation into its answer, or the policy's
+// answer and the error.
+func (s *Store) outcome(k decide.Kind, v any, err error) (decide.Answer, error) {
+	switch redisscript.Classify(err) {
+	case redisscript.None:
+	case redisscript.WrongType:
+		if k != decide.Reset {
 			// The key holds something else than a bucket: the client's
 			// answer, not a Redis failure.
 			return decide.Answer{Err: decide.ErrWrongType}, nil
 		}
 		return s.failResult(k), err
+	default:
+		return s.failResult(k), err
 	}
 	if k == decide.Reset {
-		n, err := cmd.Int64()
-		if err != nil {
-			return s.failResult(k), err
+		n, ok := v.(int64)
+		if !ok {
+			return s.failResult(k), fmt.Errorf("%w: DEL answered %T", redisscript.ErrBadReply, v)
 		}
 		return decide.Answer{Removed: n > 0}, nil
 	}
-	d, err := bucket.ParseReply(v)
+	d, err := redisscript.ParseDecision(v)
 	if err != nil {
 		return s.failResult(k), err
 	}
 	return decide.Answer{Decision: d}, nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
-}
-
-// build makes p's commands. The prefixed keys and the numbers are written
-// into the worker's arena and copied into one string per pipe, which the
-// commands point into: after build, p no longer refers to any connection's
-// buffers, so a Caller answered by the timer may reuse them while Redis
-// still reads the commands.
-func (w *worker) build(ctx context.Context, p *pipe) {
-	prefix := w.s.cfg.Prefix
-	w.arena = w.arena[:0]
-	w.ends = w.ends[:0]
-	for j := range p.refs {
-		r := &p.refs[j]
-		op := &r.c.ops[r.i]
-		r.str = int32(len(w.ends))
-		w.arena = append(w.arena, prefix...)
-		w.arena = append(w.arena, op.Key...)
-		w.ends = append(w.ends, len(w.arena))
-		if r.kind == decide.Reset {
-			continue
-		}
-		// The formatting of bucket.AcquireArgs: the shortest decimal that
-		// reads back as the same float64.
-		w.arena = strconv.AppendFloat(w.arena, op.Limit.Capacity, 'g', -1, 64)
-		w.ends = append(w.ends, len(w.arena))
-		w.arena = strconv.AppendFloat(w.arena, op.Limit.Rate, 'g', -1, 64)
-		w.ends = append(w.ends, len(w.arena))
-		w.arena = strconv.AppendFloat(w.arena, op.Cost, 'g', -1, 64)
-		w.ends = append(w.ends, len(w.arena))
-	}
-	all := string(w.arena)
-	p.strs = make([]string, len(w.ends))
-	from := 0
-	for k, end := range w.ends {
-		p.strs[k] = all[from:end]
-		from = end
-	}
-	p.answered = make([]atomic.Uint32, len(p.refs))
-	p.at = make([]answerAt, len(p.refs))
-	p.cmds = make([]*redis.Cmd, 0, len(p.refs))
-	p.args = make([]any, 0, scriptArgs*len(p.refs))
-	per := batchKeys
-	if w.s.cluster != nil {
-		per = 1
-	}
-	// Runs of script operations become batch commands; a reset (DEL)
-	// ends a run, so every key sees its operations in order.
-	for j := 0; j < len(p.refs); {
-		end := j + 1
-		for end < len(p.refs) && end-j < per && p.refs[j].kind != decide.Reset && p.refs[end].kind != decide.Reset {
-			end++
-		}
-		cmd := int32(len(p.cmds))
-		if end-j == 1 {
-			p.at[j] = answerAt{cmd: cmd, elem: -1}
-			p.cmds = append(p.cmds, p.scriptCmd(ctx, j, false))
-		} else {
-			for k := j; k < end; k++ {
-				p.at[k] = answerAt{cmd: cmd, elem: int32(k - j)}
-			}
-			p.cmds = append(p.cmds, p.batchCmd(ctx, j, end))
-		}
-		j = end
-	}
-}
-
-// batchCmd returns one EVALSHA for the script operations j..end-1 of p.
-func (p *pipe) batchCmd(ctx context.Context, j, end int) *redis.Cmd {
-	start := len(p.args)
-	p.args = append(p.args, "evalsha", &scriptSHA, &numKeys[end-j])
-	for i := j; i < end; i++ {
-		p.args = append(p.args, &p.strs[p.refs[i].str])
-	}
-	for i := j; i < end; i++ {
-		s := p.refs[i].str
-		p.args = append(p.args, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], opOf(p.refs[i].kind), "", "")
-	}
-	cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
-// opOf is the script's op for an operation kind.
-func opOf(k decide.Kind) *string {
-	if k == decide.Peek {
-		return &opPeek
-	}
-	return &opAcquire
-}
-
-// scriptCmd returns the command for operation i of p: DEL for a reset,
-// else EVALSHA, or EVAL with eval set. ARGV[5] (now) is empty, so the
-// script reads Redis TIME (bucket.RedisTime). The arguments are appended
-// to p.args, whose capacity build sets for the first round.
-func (p *pipe) scriptCmd(ctx context.Context, i int, eval bool) *redis.Cmd {
-	r := &p.refs[i]
-	key := &p.strs[r.str]
-	start := len(p.args)
-	if r.kind == decide.Reset {
-		p.args = append(p.args, "del", key)
-		cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
-		cmd.SetFirstKeyPos(1)
-		return cmd
-	}
-	op := opOf(r.kind)
-	s := r.str
-	if eval {
-		p.args = append(p.args, "eval", &scriptSrc)
-	} else {
-		p.args = append(p.args, "evalsha", &scriptSHA)
-	}
-	p.args = append(p.args, &numKeys[1], key, &p.strs[s+1], &p.strs[s+2], &p.strs[s+3], op, "", "")
-	cmd := redis.NewCmd(ctx, p.args[start:len(p.args):len(p.args)]...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
 }

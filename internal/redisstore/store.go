@@ -15,6 +15,8 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/info"
+	"github.com/bucketd/bucketd/internal/ratelog"
+	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/resp"
 )
 
@@ -81,6 +83,7 @@ type Store struct {
 	cfg     Config
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for a standalone Redis
+	perCall int                  // calls per script command (redisscript.KeysPerCall)
 	log     *slog.Logger
 	fail    decide.Answer // the policy's answer to acquire and peek
 	grace   time.Duration // how long after the deadline the timer steps in
@@ -103,7 +106,7 @@ type Store struct {
 	lastRefresh atomic.Int64 // nanoseconds since epoch of the last DBSIZE request; -1 never
 	refresh     chan struct{}
 
-	errLog rateLog
+	errLog ratelog.Gate
 }
 
 var _ resp.Limiter = (*Store)(nil)
@@ -152,6 +155,7 @@ func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
 		cfg:     cfg,
 		client:  cfg.Client,
 		cluster: cluster,
+		perCall: redisscript.KeysPerCall(cfg.Client),
 		log:     cfg.Logger,
 		grace:   max(cfg.Timeout/4, time.Millisecond),
 		// Room for every connection of a busy server to wait without
@@ -224,12 +228,8 @@ func ClusterClientOptions(addrs []string) *redis.ClusterOptions {
 // timeout. Not required: a Redis without the script answers NOSCRIPT, and
 // the store loads it then. Bound ctx: a Redis that is down makes it fail.
 func (s *Store) LoadScript(ctx context.Context) error {
-	sha, err := s.client.ScriptLoad(ctx, bucket.Script).Result()
-	if err != nil {
-		return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
-	}
-	if sha != bucket.ScriptSHA1 {
-		return fmt.Errorf("redisstore: SCRIPT LOAD answered %q, want %s", sha, bucket.ScriptSHA1)
+	if err := redisscript.Load(ctx, s.client); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }
@@ -355,7 +355,7 @@ func (s *Store) dbsize() (int64, error) {
 // logError logs a Redis failure affecting ops operations, at most once per
 // second; the lines left out in between are counted in the next one.
 func (s *Store) logError(msg string, err error, ops int) {
-	suppressed, ok := s.errLog.allow(time.Now())
+	suppressed, ok := s.errLog.Allow(time.Now())
 	if !ok {
 		return
 	}
@@ -365,26 +365,4 @@ func (s *Store) logError(msg string, err error, ops int) {
 	}
 	s.log.Warn("redis store: "+msg, "err", err, "ops", ops, "on_redis_error", policy,
 		"errors_total", s.errs.Load(), "suppressed_lines", suppressed)
-}
-
-// rateLog lets one log line through per second and counts the others.
-type rateLog struct {
-	mu         sync.Mutex
-	next       time.Time
-	suppressed int64
-}
-
-// allow reports whether a line may be logged at now and, if so, how many
-// were suppressed since the last one.
-func (r *rateLog) allow(now time.Time) (int64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Before(r.next) {
-		r.suppressed++
-		return 0, false
-	}
-	n := r.suppressed
-	r.suppressed = 0
-	r.next = now.Add(time.Second)
-	return n, true
 }

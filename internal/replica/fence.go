@@ -4,13 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/redisscript"
 )
 
 // Fence makes sure a pipeline abandoned on a timeout never runs after
@@ -34,7 +35,6 @@ type Fence struct {
 	mu          sync.Mutex
 	pending     bool  // a write failed: kill the other connections first
 	unsupported error // why CLIENT cannot be used
-	killed      int64 // connections killed
 }
 
 func (f *Fence) clientName() string {
@@ -54,7 +54,7 @@ func (f *Fence) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	switch {
 	case err == nil:
 		return nil
-	case isReply(err):
+	case redisscript.IsReply(err):
 		f.mu.Lock()
 		f.unsupported = fmt.Errorf("CLIENT SETNAME: %w", err)
 		f.mu.Unlock()
@@ -101,7 +101,7 @@ func (f *Fence) settle(ctx context.Context, c redis.UniversalClient) (bool, erro
 		f.pending = false
 		f.mu.Unlock()
 		return true, nil
-	case isReply(err):
+	case redisscript.IsReply(err):
 		f.mu.Lock()
 		f.unsupported = fmt.Errorf("CLIENT: %w", err)
 		f.mu.Unlock()
@@ -128,37 +128,12 @@ func (f *Fence) killOthers(ctx context.Context, c redis.UniversalClient, self in
 		if !named || id < 0 || id == self {
 			continue
 		}
-		// The filter form answers how many clients it killed: 0 when the
-		// connection closed meanwhile (after running all it had read),
-		// which fences it just as well.
-		n, err := c.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Result()
-		if err != nil {
+		// The filter form does not fail when the connection closed
+		// meanwhile (after running all it had read), which fences it just
+		// as well; it answers 0 killed then.
+		if err := c.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Err(); err != nil {
 			return err
 		}
-		f.mu.Lock()
-		f.killed += n
-		f.mu.Unlock()
 	}
 	return nil
-}
-
-// Killed returns how many abandoned connections the Fence has killed.
-func (f *Fence) Killed() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.killed
-}
-
-// Unsupported returns why fencing is off, or nil.
-func (f *Fence) Unsupported() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.unsupported
-}
-
-// isReply reports whether err is an error reply from Redis (as opposed to
-// a timeout or a broken connection).
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }

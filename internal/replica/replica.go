@@ -31,6 +31,8 @@ import (
 
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/info"
+	"github.com/bucketd/bucketd/internal/ratelog"
+	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/redis/go-redis/v9"
 )
@@ -71,7 +73,7 @@ type Replicator struct {
 	mu      sync.Mutex     // one writer at a time: Run's loop or Flush
 	retry   []shard.Change // a failed batch, written first next time
 	scratch []shard.Change
-	enc     encoder // formats the commands of write
+	batch   redisscript.Batch // the script calls of write
 
 	applied   atomic.Int64
 	errs      atomic.Int64
@@ -90,10 +92,9 @@ type Replicator struct {
 	// none). See Flush.
 	reconciles int
 	loadLater  atomic.Bool // the start-up Load failed: Run retries it
-	lastLog    time.Time
-	// lastRefusalLog rate-limits refusedBuckets apart from failed.
-	lastRefusalLog time.Time
-	suppressed     int
+	failLog    ratelog.Gate
+	// refusalLog rate-limits refusedBuckets apart from failed.
+	refusalLog ratelog.Gate
 }
 
 // New checks cfg and returns a Replicator.
@@ -161,17 +162,55 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer func() { r.retrying.Store(int64(len(r.retry))) }()
-	if r.cfg.Fence != nil {
-		fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		fenced, err := r.cfg.Fence.settle(fctx, r.cfg.Client)
-		cancel()
-		if err != nil {
+	if err := r.fence(ctx); err != nil {
+		return r.failed(err)
+	}
+	if err := r.writeChanges(ctx); err != nil {
+		return err
+	}
+	r.recovered()
+	// After a failed write, remove what late writes of abandoned pipelines
+	// brought back: once as soon as Redis answers again (a paused Redis
+	// runs the commands it had buffered first) and once more an interval
+	// later (for commands that were still travelling).
+	if r.reconciles > 0 {
+		if err := r.reconcile(ctx); err != nil {
 			return r.failed(err)
 		}
-		if fenced {
-			r.reconciles = 0 // nothing abandoned can run any more
-		}
+		r.reconciles--
 	}
+	if err := r.checkRestart(ctx); err != nil {
+		return err
+	}
+	if err := r.resyncAfterDrops(ctx); err != nil {
+		return err
+	}
+	r.lastClean.Store(time.Now().UnixNano())
+	return nil
+}
+
+// fence has the Fence, if any, kill the connections of failed writes
+// before anything newer is written.
+func (r *Replicator) fence(ctx context.Context) error {
+	if r.cfg.Fence == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	fenced, err := r.cfg.Fence.settle(ctx, r.cfg.Client)
+	if err != nil {
+		return err
+	}
+	if fenced {
+		r.reconciles = 0 // nothing abandoned can run any more
+	}
+	return nil
+}
+
+// writeChanges writes the pending retry, then every change the shards
+// collected, a batch at a time. A batch that fails becomes the retry and
+// ends the Flush (counted and logged); closed shards end it too.
+func (r *Replicator) writeChanges(ctx context.Context) error {
 	if len(r.retry) > 0 {
 		if err := r.write(ctx, r.retry); err != nil {
 			r.writeFailed(err)
@@ -196,49 +235,52 @@ func (r *Replicator) Flush(ctx context.Context) error {
 			}
 		}
 	}
-	r.recovered()
-	// After a failed write, remove what late writes of abandoned pipelines
-	// brought back: once as soon as Redis answers again (a paused Redis
-	// runs the commands it had buffered first) and once more an interval
-	// later (for commands that were still travelling).
-	if r.reconciles > 0 {
-		if err := r.reconcile(ctx); err != nil {
-			return r.failed(err)
-		}
-		r.reconciles--
+	return nil
+}
+
+// checkRestart re-sends the whole state when Redis restarted: one without
+// persistence has lost the copy, and keys that do not change again would
+// stay missing. Its run_id tells, checked every RestartCheck.
+func (r *Replicator) checkRestart(ctx context.Context) error {
+	if time.Since(r.checkedAt) < r.cfg.RestartCheck {
+		return nil
 	}
-	// A Redis that restarted without persistence has lost the copy; keys
-	// that do not change again would stay missing. Its run_id tells.
-	if time.Since(r.checkedAt) >= r.cfg.RestartCheck {
-		r.checkedAt = time.Now()
-		if id, err := runID(ctx, r.cfg.Client); err == nil {
-			if r.runID != "" && id != r.runID {
-				r.resyncs.Add(1)
-				r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
-				if err := r.cfg.Group.TrackAll(); err != nil {
-					return err
-				}
-			}
-			r.runID = id
-		}
+	r.checkedAt = time.Now()
+	id, err := runID(ctx, r.cfg.Client)
+	if err != nil {
+		return nil // checked again next time
 	}
-	// Changes dropped while tracking was full are lost from the change
-	// sets; re-send the whole live state so the copy converges.
-	if dropped := r.cfg.Group.Stats().ChangesDropped; dropped != r.droppedAt {
-		r.droppedAt = dropped
+	if r.runID != "" && id != r.runID {
 		r.resyncs.Add(1)
-		r.cfg.Logger.Warn("replication dropped changes while Redis was behind; re-sending the whole state", "dropped_total", dropped)
+		r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
 		if err := r.cfg.Group.TrackAll(); err != nil {
 			return err
 		}
-		// Dropped deletions cannot be re-sent from the live state: remove
-		// what Redis holds and memory does not.
-		if err := r.reconcile(ctx); err != nil {
-			r.droppedAt = -1 // try the whole resync again next time
-			return r.failed(err)
-		}
 	}
-	r.lastClean.Store(time.Now().UnixNano())
+	r.runID = id
+	return nil
+}
+
+// resyncAfterDrops re-sends the whole live state when changes were dropped
+// while tracking was full: they are lost from the change sets, and only a
+// full re-send makes the copy converge.
+func (r *Replicator) resyncAfterDrops(ctx context.Context) error {
+	dropped := r.cfg.Group.Stats().ChangesDropped
+	if dropped == r.droppedAt {
+		return nil
+	}
+	r.droppedAt = dropped
+	r.resyncs.Add(1)
+	r.cfg.Logger.Warn("replication dropped changes while Redis was behind; re-sending the whole state", "dropped_total", dropped)
+	if err := r.cfg.Group.TrackAll(); err != nil {
+		return err
+	}
+	// Dropped deletions cannot be re-sent from the live state: remove
+	// what Redis holds and memory does not.
+	if err := r.reconcile(ctx); err != nil {
+		r.droppedAt = -1 // try the whole resync again next time
+		return r.failed(err)
+	}
 	return nil
 }
 
@@ -259,68 +301,40 @@ func runID(ctx context.Context, c redis.UniversalClient) (string, error) {
 	return "", errors.New("replica: INFO server has no run_id")
 }
 
-// batchKeys is how many buckets one script call carries on a standalone
-// Redis: Redis pays its cost per call (argument tables, the Lua call, the
-// reply) once for all of them, which makes a put about a third cheaper
-// there. On a cluster the keys of one call would have to share a hash
-// slot, so each bucket gets its own call and go-redis routes it.
-const batchKeys = 64
-
-// write sends one pipeline of puts and deletions. Both are idempotent (the
-// script keeps the newer of two states), so a batch that failed half way is
-// simply written again. A bucket Redis refuses by itself (its key holds
-// another type) is counted and logged but not retried: it would fail again.
+// write sends one pipeline of puts and deletions, several buckets per
+// script call on a standalone Redis (redisscript.KeysPerCall). Both are
+// idempotent (the script keeps the newer of two states), so a batch that
+// failed half way is simply written again. A bucket Redis refuses by itself
+// (its key holds another type, or the script rejects an argument) is
+// counted and logged but not retried: it would fail again. Anything else
+// (OOM, READONLY, timeouts) fails the write, which is then retried.
 func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 	r.inflight.Store(int64(len(changes)))
 	defer r.inflight.Store(0)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	per := batchKeys
-	if _, cluster := r.cfg.Client.(*redis.ClusterClient); cluster {
-		per = 1
+	b := &r.batch
+	b.Reset(r.cfg.Prefix)
+	for i := range changes {
+		c := &changes[i]
+		if c.Deleted {
+			b.AddString(c.Key, redisscript.Call{Op: redisscript.Del, At: c.At})
+		} else {
+			b.AddString(c.Key, redisscript.Call{Op: redisscript.Put, Limit: c.Limit, State: c.State})
+		}
 	}
-	run := func(useEval bool) ([]redis.Cmder, error) {
-		return r.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, args := range r.enc.commands(r.cfg.Prefix, changes, per, useEval) {
-				cmd := redis.NewCmd(ctx, args...)
-				cmd.SetFirstKeyPos(3)
-				_ = p.Process(ctx, cmd) // only queues; never fails
-			}
-			return nil
-		})
-	}
-	cmds, err := run(false)
-	if err != nil && isNoScript(cmds) {
-		// Redis lost its script cache (restart, failover): load it and
-		// write again; nothing of a NOSCRIPT call ran.
-		cmds, err = run(true)
-	}
+	b.Build(ctx, redisscript.KeysPerCall(r.cfg.Client))
+	b.Send(ctx, r.cfg.Client)
 	refused := 0
 	var refusal error
-	for _, c := range cmds {
-		cmdErr := c.Err()
-		if isRefusal(cmdErr) {
-			refused, refusal = refused+1, cmdErr
-			continue
+	for i := range changes {
+		switch _, err := b.Reply(i); redisscript.Classify(err) {
+		case redisscript.None:
+		case redisscript.WrongType, redisscript.Invalid:
+			refused, refusal = refused+1, err
+		default:
+			return fmt.Errorf("replica: %w", err)
 		}
-		if cmdErr != nil {
-			return fmt.Errorf("replica: %w", cmdErr)
-		}
-		if replies, ok := c.(*redis.Cmd).Val().([]any); ok {
-			for _, v := range replies {
-				e, isErr := v.(error)
-				switch {
-				case !isErr:
-				case isRefusal(e):
-					refused, refusal = refused+1, e
-				default:
-					return fmt.Errorf("replica: %w", e)
-				}
-			}
-		}
-	}
-	if err != nil && refused == 0 {
-		return fmt.Errorf("replica: %w", err)
 	}
 	if refused > 0 {
 		r.refusedBuckets(refused, refusal)
@@ -338,51 +352,28 @@ const lateWriteReconciles = 2
 // it cannot.
 func (r *Replicator) writeFailed(err error) {
 	r.reconciles = lateWriteReconciles
-	if r.cfg.Fence != nil && !isReply(err) {
+	if r.cfg.Fence != nil && !redisscript.IsReply(err) {
 		r.cfg.Fence.abandon()
 	}
-}
-
-// isRefusal reports whether err is the script refusing one bucket for a
-// reason that writing it again cannot fix: its key holds another type
-// (WRONGTYPE), or an argument it rejects ("ERR invalid …", which would be a
-// bucketd bug). The same rule holds for a one-key call and for an element
-// of a batch's reply. Anything else (OOM, READONLY, timeouts) fails the
-// write, which is then retried.
-func isRefusal(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "WRONGTYPE") || strings.HasPrefix(err.Error(), "ERR invalid "))
 }
 
 // refusedBuckets counts buckets Redis refused and logs them, at most one
 // line a second.
 func (r *Replicator) refusedBuckets(n int, err error) {
 	r.errs.Add(int64(n))
-	if time.Since(r.lastRefusalLog) >= time.Second {
+	if _, ok := r.refusalLog.Allow(time.Now()); ok {
 		r.cfg.Logger.Warn("Redis refused to store buckets; they are not replicated until the cause is removed (a key of another type: delete it)",
 			"buckets", n, "err", err, "prefix", r.cfg.Prefix)
-		r.lastRefusalLog = time.Now()
 	}
-}
-
-func isNoScript(cmds []redis.Cmder) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
-		}
-	}
-	return false
 }
 
 // failed counts and logs a Redis error, at most one line a second.
 func (r *Replicator) failed(err error) error {
 	r.errs.Add(1)
 	r.failing = true
-	if time.Since(r.lastLog) >= time.Second {
+	if suppressed, ok := r.failLog.Allow(time.Now()); ok {
 		r.cfg.Logger.Warn("replication to Redis failing; bucketd keeps deciding from memory and will retry",
-			"err", err, "suppressed", r.suppressed)
-		r.lastLog, r.suppressed = time.Now(), 0
-	} else {
-		r.suppressed++
+			"err", err, "suppressed", suppressed)
 	}
 	return err
 }

@@ -1,0 +1,259 @@
+package redisscript
+
+import (
+	"context"
+	"math"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// Op is what a call does to its key.
+type Op uint8
+
+const (
+	// Acquire spends Call.Cost tokens if the bucket holds them (TB.ACQUIRE).
+	Acquire Op = iota
+	// Peek answers what Acquire would, writing nothing (TB.PEEK).
+	Peek
+	// Put stores Call.State unless Redis holds a newer one (replication).
+	Put
+	// Del deletes the key unless Redis holds a state newer than Call.At
+	// (replication).
+	Del
+	// Reset deletes the key with a plain DEL, not the script (TB.RESET in
+	// store mode); its reply is the number of keys deleted.
+	Reset
+)
+
+// RedisTime, as Call.At of an Acquire or Peek, leaves the script's now
+// empty so that it reads the Redis server's TIME. Any negative At does.
+const RedisTime int64 = -1
+
+// Call is one operation on one key. The script accepts integer times in
+// [0, 2^53) µs (until the year 2255).
+type Call struct {
+	Op    Op
+	Limit bucket.Limit // Acquire, Peek, Put (Put: for the key's expiry)
+	Cost  float64      // Acquire, Peek
+	// At is the call's now for Acquire and Peek (Unix microseconds, or
+	// RedisTime), and the timestamp of a Del.
+	At    int64
+	State bucket.State // Put: the state, stamped State.Last (Unix µs)
+}
+
+// BatchKeys is how many calls share one script command on a standalone
+// Redis. Redis pays its per-call cost (argument tables, the Lua call, the
+// reply) once for all of them, about a third of its work per operation;
+// the calls of one command decide at one Redis TIME, as a shard's batch
+// decides at one instant.
+const BatchKeys = 64
+
+// KeysPerCall is how many calls one command carries on client: BatchKeys,
+// or 1 on a Redis Cluster, where the keys of one command would have to
+// share a hash slot.
+func KeysPerCall(client redis.UniversalClient) int {
+	if _, cluster := client.(*redis.ClusterClient); cluster {
+		return 1
+	}
+	return BatchKeys
+}
+
+// The command words, the script, its SHA-1, the ops and the numkeys values
+// as variables, so that commands carry pointers to them: go-redis writes a
+// *string argument as the string, and a pointer goes into an interface
+// without an allocation where a string value would be copied to the heap.
+var (
+	wordEvalSha = "evalsha"
+	wordEval    = "eval"
+	wordDel     = "del"
+	scriptSHA   = bucket.ScriptSHA1
+	scriptSrc   = bucket.Script
+	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del"}
+	numKeys     = func() []string {
+		n := make([]string, BatchKeys+1)
+		for i := range n {
+			n[i] = strconv.Itoa(i)
+		}
+		return n
+	}()
+)
+
+// Batch is the calls of one pipeline: Add them, Build the commands, Send
+// them (or queue them in a pipeline of your own), and read each call's
+// Reply. Reset starts the next batch and reuses the buffers. Not safe for
+// concurrent use.
+type Batch struct {
+	prefix string
+	buf    []byte  // every string of the batch, one after the other
+	ends   []int32 // ends[k]: where string k ends in buf; string 0 is ""
+	calls  []call
+	// The strings of the last limit formatted, shared by the calls after
+	// it with the same limit: most buckets share a few limits, and
+	// formatting floats is the larger part of the work here.
+	limit   bucket.Limit
+	limitAt int32 // index of its capacity, rate at limitAt+1; 0: none
+
+	// Made by Build, new each time (see the package doc).
+	strs []string
+	args []any
+	cmds []*redis.Cmd
+}
+
+// call is one added call: the indexes in strs of its key and of ARGV[1],
+// [2], [3], [5] and [6] (0: empty), and where Build put it.
+type call struct {
+	op   Op
+	key  int32
+	argv [5]int32
+	cmd  int32 // index in cmds
+	elem int32 // index in the command's array reply; -1: the whole reply
+}
+
+// Reset empties b for a new batch whose keys all get prefix.
+func (b *Batch) Reset(prefix string) {
+	b.prefix = prefix
+	b.buf = b.buf[:0]
+	b.ends = append(b.ends[:0], 0)
+	b.calls = b.calls[:0]
+	b.limitAt = 0
+	b.strs, b.args, b.cmds = nil, nil, nil
+}
+
+// Add adds a call on key (the prefix goes before it). key is copied.
+func (b *Batch) Add(key []byte, c Call) {
+	b.buf = append(b.buf, b.prefix...)
+	b.buf = append(b.buf, key...)
+	b.add(c)
+}
+
+// AddString is Add for a key held as a string.
+func (b *Batch) AddString(key string, c Call) {
+	b.buf = append(b.buf, b.prefix...)
+	b.buf = append(b.buf, key...)
+	b.add(c)
+}
+
+// add formats c's arguments after its key, which is in buf already.
+func (b *Batch) add(c Call) {
+	r := call{op: c.Op, key: b.end()}
+	switch c.Op {
+	case Acquire, Peek:
+		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
+		b.buf = strconv.AppendFloat(b.buf, c.Cost, 'g', -1, 64)
+		r.argv[2] = b.end()
+		if c.At >= 0 {
+			b.buf = strconv.AppendInt(b.buf, c.At, 10)
+			r.argv[3] = b.end()
+		}
+	case Put:
+		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
+		b.buf = strconv.AppendInt(b.buf, c.State.Last, 10)
+		r.argv[3] = b.end()
+		b.buf = strconv.AppendFloat(b.buf, c.State.Tokens, 'g', -1, 64)
+		r.argv[4] = b.end()
+	case Del:
+		b.buf = strconv.AppendInt(b.buf, c.At, 10)
+		r.argv[3] = b.end()
+	}
+	b.calls = append(b.calls, r)
+}
+
+// end closes the string being written in buf and returns its index.
+func (b *Batch) end() int32 {
+	b.ends = append(b.ends, int32(len(b.buf)))
+	return int32(len(b.ends) - 1)
+}
+
+// limitStrings returns the indexes of l's capacity and rate, formatting
+// them unless the limit before had the same bits.
+func (b *Batch) limitStrings(l bucket.Limit) (capacity, rate int32) {
+	same := math.Float64bits(l.Capacity) == math.Float64bits(b.limit.Capacity) &&
+		math.Float64bits(l.Rate) == math.Float64bits(b.limit.Rate)
+	if b.limitAt == 0 || !same {
+		b.buf = strconv.AppendFloat(b.buf, l.Capacity, 'g', -1, 64)
+		b.limitAt = b.end()
+		b.buf = strconv.AppendFloat(b.buf, l.Rate, 'g', -1, 64)
+		b.end()
+		b.limit = l
+	}
+	return b.limitAt, b.limitAt + 1
+}
+
+// Build makes the commands of the calls added since Reset, per calls to a
+// script command at most (KeysPerCall; 1 to BatchKeys), each Reset a DEL of
+// its own, and returns them. They are EVALSHA; Send swaps in EVAL where
+// Redis answers NOSCRIPT. The commands point into strings of their own, so
+// the keys given to Add may change once Build returns.
+func (b *Batch) Build(ctx context.Context, per int) []*redis.Cmd {
+	per = min(max(per, 1), BatchKeys)
+	b.format()
+	// Room for every command: 7 arguments per call (key and ARGV) plus 3
+	// per script command; a DEL's 2 and the command it may split off a run
+	// fit in the 7 of its call.
+	n := len(b.calls)
+	b.args = make([]any, 0, 7*n+3*((n+per-1)/per))
+	b.cmds = make([]*redis.Cmd, 0, len(b.calls))
+	for i := 0; i < len(b.calls); {
+		if b.calls[i].op == Reset {
+			b.calls[i].cmd, b.calls[i].elem = int32(len(b.cmds)), -1
+			start := len(b.args)
+			b.args = append(b.args, &wordDel, &b.strs[b.calls[i].key])
+			b.cmds = append(b.cmds, newCmd(ctx, b.args[start:], 1))
+			i++
+			continue
+		}
+		end := i + 1
+		for end < len(b.calls) && end-i < per && b.calls[end].op != Reset {
+			end++
+		}
+		b.cmds = append(b.cmds, b.script(ctx, i, end))
+		i = end
+	}
+	return b.cmds
+}
+
+// format turns buf into the one string the commands point into.
+func (b *Batch) format() {
+	all := string(b.buf)
+	b.strs = make([]string, len(b.ends))
+	from := int32(0)
+	for k, end := range b.ends {
+		b.strs[k] = all[from:end]
+		from = end
+	}
+}
+
+// script returns the EVALSHA of calls from..end-1 and notes where their
+// replies are.
+func (b *Batch) script(ctx context.Context, from, end int) *redis.Cmd {
+	n := end - from
+	for j := from; j < end; j++ {
+		b.calls[j].cmd, b.calls[j].elem = int32(len(b.cmds)), int32(j-from)
+		if n == 1 {
+			b.calls[j].elem = -1 // one key: the plain reply
+		}
+	}
+	start := len(b.args)
+	b.args = append(b.args, &wordEvalSha, &scriptSHA, &numKeys[n])
+	for j := from; j < end; j++ {
+		b.args = append(b.args, &b.strs[b.calls[j].key])
+	}
+	for j := from; j < end; j++ {
+		c := &b.calls[j]
+		b.args = append(b.args, &b.strs[c.argv[0]], &b.strs[c.argv[1]], &b.strs[c.argv[2]],
+			&opWords[c.op], &b.strs[c.argv[3]], &b.strs[c.argv[4]])
+	}
+	return newCmd(ctx, b.args[start:], 3)
+}
+
+// newCmd returns the command with args (clipped, so that appending to the
+// batch's arguments never writes into it) and its first key at keyPos,
+// where go-redis looks for the key to route by on a cluster.
+func newCmd(ctx context.Context, args []any, keyPos int8) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args[:len(args):len(args)]...)
+	cmd.SetFirstKeyPos(keyPos)
+	return cmd
+}
