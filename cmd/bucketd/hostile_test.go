@@ -51,8 +51,8 @@ const (
 	// after any attack below. It covers the -race build TestMain makes
 	// (about 5x a plain build's memory), so a plain build has a wide margin.
 	hostileRSSBound = 256 << 20
-	// The well-behaved client's latency over an attack.
-	hostileP99Bound = 50 * time.Millisecond
+	// hostileMaxBound is the slowest call the well-behaved client may see
+	// during an attack: a longer wait is a stall, not slowness.
 	hostileMaxBound = time.Second
 
 	hostileMaxQuery1MiB = 1 << 20
@@ -152,15 +152,6 @@ func hostileHostBusy(window time.Duration) float64 {
 		return -1
 	}
 	return float64(after-before) / float64(time.Since(start).Microseconds())
-}
-
-// hostileLatencyEnforced says whether the latency bounds are asserted. They
-// are not when, before the attack, other programs already kept the host's
-// CPUs oversubscribed (tasks waiting for a CPU at least 20% of the time):
-// then the figures measure the neighbours, not bucketd; they are still
-// logged. BUCKETD_HOSTILE_STRICT_LATENCY=1 asserts them regardless.
-func (h *hostileServer) hostileLatencyEnforced() bool {
-	return os.Getenv("BUCKETD_HOSTILE_STRICT_LATENCY") != "" || h.hostBusy < 0.2
 }
 
 func (h *hostileServer) halt() {
@@ -298,8 +289,8 @@ func (h *hostileServer) finish() {
 		return lat[min(len(lat)-1, int(q*float64(len(lat))))]
 	}
 	p50, p99, worst := pct(0.50), pct(0.99), pct(1)
-	t.Logf("well-behaved client: %d calls, p50 %v, p99 %v, max %v (bounds: p99 < %v, max < %v), %d wrong answers",
-		len(lat), p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond), hostileP99Bound, hostileMaxBound, fails)
+	t.Logf("well-behaved client: %d calls, p50 %v, p99 %v, max %v (bound: max < %v), %d wrong answers",
+		len(lat), p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond), hostileMaxBound, fails)
 	load, _ := os.ReadFile("/proc/loadavg")
 	busyDuring := -1.0
 	if psi, ok := hostileCPUStall(); ok && h.psiStart > 0 {
@@ -316,14 +307,11 @@ func (h *hostileServer) finish() {
 	if len(lat) < 100 {
 		t.Errorf("the well-behaved client made only %d calls", len(lat))
 	}
-	if p99 >= hostileP99Bound || worst >= hostileMaxBound {
-		if h.hostileLatencyEnforced() {
-			t.Errorf("well-behaved client latency p99 %v, max %v; want p99 < %v and max < %v", p99, worst, hostileP99Bound, hostileMaxBound)
-		} else {
-			t.Logf("LATENCY BOUNDS NOT ASSERTED: p99 %v, max %v exceed p99 < %v, max < %v, but other programs kept this host's CPUs "+
-				"oversubscribed before the attack (%.0f%% of the time); set BUCKETD_HOSTILE_STRICT_LATENCY=1 to assert anyway",
-				p99, worst, hostileP99Bound, hostileMaxBound, 100*h.hostBusy)
-		}
+	// A stall is a fault whatever else runs on the host, so the bound on
+	// the slowest call always holds; p99 is a speed figure, logged above
+	// and not asserted (speed is measured, not asserted in tests).
+	if worst >= hostileMaxBound {
+		t.Errorf("well-behaved client stalled: slowest call %v (p99 %v); want every call within %v", worst, p99, hostileMaxBound)
 	}
 	if peak := max(h.rssPeak.Load(), after, hwm); peak >= hostileRSSBound {
 		t.Errorf("bucketd resident memory reached %s; bound %s", mib(peak), mib(hostileRSSBound))
