@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,36 +12,16 @@ import (
 
 	"github.com/bucketd/bucketd/internal/redistest"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/testkit"
+	"github.com/bucketd/bucketd/internal/testkit/testserver"
 )
 
 // serveStore runs a resp.Server with s as its Limiter on 127.0.0.1:0 and
-// returns a go-redis client connected to it; both stop when the test ends
-// (the server first, as bucketd shuts down).
+// returns a RESP2 go-redis client connected to it; both stop when the test
+// ends (the server first, as bucketd shuts down).
 func serveStore(t *testing.T, s *Store) *redis.Client {
 	t.Helper()
-	srv, err := resp.NewServer(resp.Config{Limiter: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	client := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, Protocol: 2})
-	t.Cleanup(func() {
-		client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return client
+	return testserver.Serve(t, resp.Config{Limiter: s}).Client(t, func(o *redis.Options) { o.Protocol = 2 })
 }
 
 // reply runs one command and returns its reply, or the error text.
@@ -113,7 +92,7 @@ func TestServerEndToEnd(t *testing.T) {
 	}
 
 	// INFO reports the store's counters; DBSIZE the Redis key count.
-	eventually(t, 5*time.Second, "DBSIZE 2", func() bool { return reply(t, c, "DBSIZE") == "2" })
+	testkit.Eventually(t, 5*time.Second, "DBSIZE 2", func() bool { return reply(t, c, "DBSIZE") == "2" })
 	info := reply(t, c, "INFO", "bucketd")
 	for _, want := range []string{"acquire_allowed_total:7\r\n", "acquire_denied_total:5\r\n", "peek_total:1\r\n", "reset_removed_total:2\r\n", "buckets:2\r\n"} {
 		if !strings.Contains(info, want) {

@@ -124,18 +124,6 @@ func redisMicros(t testing.TB, rdb redis.Cmdable) int64 {
 	return tm.UnixMicro()
 }
 
-// eventually polls cond every few milliseconds until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for time to pass
-	}
-}
-
 // freeAddr returns a loopback address nothing listens on.
 func freeAddr(t testing.TB) string {
 	t.Helper()

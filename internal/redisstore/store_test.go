@@ -16,6 +16,7 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // Tests without Redis.
@@ -218,7 +219,7 @@ func TestSingleStore(t *testing.T) {
 		t.Fatalf("errors %d, degraded %d; want none", s.Errors(), s.Degraded())
 	}
 	// DBSIZE: tb:user:1 and tb:str.
-	eventually(t, 5*time.Second, "Stats().Buckets == 2", func() bool { return s.Stats().Buckets == 2 })
+	testkit.Eventually(t, 5*time.Second, "Stats().Buckets == 2", func() bool { return s.Stats().Buckets == 2 })
 	if st := s.Stats(); st.Shards != 0 || st.TableBytes != 0 {
 		t.Fatalf("stats %+v, want no shards and no tables", st)
 	}
@@ -428,7 +429,7 @@ func TestClusterSharesLimits(t *testing.T) {
 	}
 
 	// DBSIZE summed over the masters: shared, {user1}:a, {user1}:b.
-	eventually(t, 5*time.Second, "Stats().Buckets == 3", func() bool { return s.Stats().Buckets == 3 })
+	testkit.Eventually(t, 5*time.Second, "Stats().Buckets == 3", func() bool { return s.Stats().Buckets == 3 })
 }
 
 // redisSlot is Redis Cluster's key slot: CRC16 (XMODEM) of the key, or of
@@ -602,7 +603,7 @@ func firstRedisAnswer(t *testing.T, s *Store, l bucket.Limit) bucket.Decision {
 	t.Helper()
 	var d bucket.Decision
 	attempt := 0
-	eventually(t, 10*time.Second, "an answer from Redis", func() bool {
+	testkit.Eventually(t, 10*time.Second, "an answer from Redis", func() bool {
 		attempt++
 		degraded := s.Degraded()
 		d = run1(t, s, acquireOp(fmt.Sprintf("after:%d", attempt), l, 1)).Decision

@@ -14,6 +14,7 @@ import (
 	"github.com/bucketd/bucketd/internal/redistest"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/shard"
+	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -274,18 +275,12 @@ func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
 		t.Fatalf("a decision took %v while Redis was paused", time.Duration(slowest.Load()))
 	}
 	srv.Resume()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	caughtUp := testkit.Poll(20*time.Second, func() bool {
 		st := f.rep.Stats()
-		if st.QueueDepth == 0 && st.Resyncs > 0 {
-			if err := f.rep.Flush(context.Background()); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replication did not catch up: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return st.QueueDepth == 0 && st.Resyncs > 0 && f.rep.Flush(context.Background()) == nil
+	})
+	if !caughtUp {
+		t.Fatalf("replication did not catch up: %+v", f.rep.Stats())
 	}
 	cancel()
 	<-done
@@ -322,13 +317,12 @@ func TestRedisRestartWithoutDataIsRefilled(t *testing.T) {
 	}
 	srv.Restart() // no persistence: empty
 	client := srv.Client()
-	deadline := time.Now().Add(10 * time.Second)
-	for client.Exists(ctx, "tb:quiet").Val() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the key never came back after Redis restarted: %+v", rep.Stats())
-		}
+	back := testkit.Poll(10*time.Second, func() bool {
 		rep.Flush(ctx) //nolint:errcheck // errors while Redis restarts are expected
-		time.Sleep(20 * time.Millisecond)
+		return client.Exists(ctx, "tb:quiet").Val() == 1
+	})
+	if !back {
+		t.Fatalf("the key never came back after Redis restarted: %+v", rep.Stats())
 	}
 }
 
@@ -433,13 +427,9 @@ func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
 			if abandoned != 0 && !connected(t, f.client, abandoned) {
 				t.Fatal("the connection of the abandoned pipeline is gone already: the race this test is about cannot happen")
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for n := int64(0); n == 0; n, _ = f.client.Exists(ctx, "tb:k").Result() {
-				if time.Now().After(deadline) {
-					t.Fatal("the abandoned put never reached Redis: the race this test is about did not happen")
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testkit.Eventually(t, 5*time.Second, "the abandoned put to reach Redis (the race this test is about)", func() bool {
+				return f.client.Exists(ctx, "tb:k").Val() != 0
+			})
 			if err := f.rep.Flush(ctx); err != nil { // the second reconcile after the failure
 				t.Fatal(err)
 			}
@@ -463,10 +453,10 @@ func TestFenceStopsALateWrite(t *testing.T) {
 	if abandoned == 0 || connected(t, f.client, abandoned) {
 		t.Fatalf("the connection of the abandoned pipeline (id %d) is still open: the fence did not kill it", abandoned)
 	}
-	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if n, _ := f.client.Exists(ctx, "tb:k").Result(); n != 0 {
-			t.Fatal("the held put of the killed connection ran: tb:k came back")
-		}
+	// Real time is the point: the proxy holds the abandoned put for 1.5 s;
+	// watch past that moment that it never lands.
+	if testkit.Poll(2500*time.Millisecond, func() bool { return f.client.Exists(ctx, "tb:k").Val() != 0 }) {
+		t.Fatal("the held put of the killed connection ran: tb:k came back")
 	}
 	compare(t, f.memoryState(t), f.redisState(t))
 }
