@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -351,31 +350,4 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
-}
-
-// LogValue implements slog.LogValuer: every setting by name, the password
-// and the passwords in Redis URLs hidden, and the policy names.
-func (c Config) LogValue() slog.Value {
-	attrs := make([]slog.Attr, 0, len(settings)+2)
-	if c.File != "" {
-		attrs = append(attrs, slog.String("config", c.File))
-	}
-	for i := range settings {
-		s := &settings[i]
-		v := s.get(&c)
-		switch {
-		case s.name == "requirepass" && v != "":
-			v = "[hidden]"
-		case s.name == "replicate" || s.name == "store":
-			v = redactURL(v)
-		}
-		attrs = append(attrs, slog.String(s.name, v))
-	}
-	names := make([]string, 0, len(c.Policies))
-	for name := range c.Policies {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	attrs = append(attrs, slog.Any("policies", names))
-	return slog.GroupValue(attrs...)
 }

@@ -602,23 +602,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-func TestLogValue(t *testing.T) {
-	c := mustLoad(t, []string{"--requirepass", "hunter2", "--replicate", "redis://u:hunter3@h:6379/1"}, nil)
-	var out bytes.Buffer
-	slog.New(slog.NewTextHandler(&out, nil)).Info("config", "config", c)
-	got := out.String()
-	for _, secret := range []string{"hunter2", "hunter3"} {
-		if strings.Contains(got, secret) {
-			t.Errorf("log shows %q: %s", secret, got)
-		}
-	}
-	for _, want := range []string{"config.requirepass=[hidden]", "config.replicate=redis://u:xxxxx@h:6379/1", "config.shards="} {
-		if !strings.Contains(got, want) {
-			t.Errorf("log lacks %q: %s", want, got)
-		}
-	}
-}
-
 // TestDocExample loads the example config file of docs/configuration.md, so
 // that the documentation stays valid. Its TLS files do not exist here, so
 // the tls- lines are left out.

@@ -18,9 +18,8 @@ type setting struct {
 	name  string
 	arg   string // placeholder for the value in --help
 	usage string
-	note  string // printed after the default in --help, e.g. "(2 x GOMAXPROCS)"
-	live  bool   // applied by a reload without a restart
-	flag  bool   // a boolean: --name alone means true
+	live  bool // applied by a reload without a restart
+	flag  bool // a boolean: --name alone means true
 	// set parses v, checks it and stores it in c. Its error is the hint that
 	// tells the user what to write instead; the caller adds the source.
 	set func(c *Config, v string) error

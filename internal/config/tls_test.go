@@ -3,13 +3,14 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"github.com/bucketd/bucketd/internal/testcert"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bucketd/bucketd/internal/testcert"
 )
 
 func writeCert(t *testing.T, dir, name string) (certFile, keyFile string) {

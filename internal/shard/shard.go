@@ -100,13 +100,6 @@ func New(cfg Config) *Group {
 	return g
 }
 
-// DefaultShards returns the default shard count for gomaxprocs processors:
-// twice as many shards as processors, so that one hot shard leaves room for
-// the others, and few enough that a pipeline touches few shards.
-func DefaultShards(gomaxprocs int) int {
-	return max(1, 2*gomaxprocs)
-}
-
 // Len returns the number of shards.
 func (g *Group) Len() int { return len(g.shards) }
 

@@ -236,7 +236,7 @@ func TestCallerSteadyStateAllocatesNothing(t *testing.T) {
 // TB.ACQUIRE on an existing key: route, one hop to the owner, bucket math,
 // hop back. No parsing, no network.
 func BenchmarkShardAcquireExistingKey(b *testing.B) {
-	g := New(Config{Shards: DefaultShards(2)})
+	g := New(Config{Shards: 4})
 	defer g.Close()
 	lim := bucket.Limit{Capacity: 1e15, Rate: 1}
 	b.ReportAllocs()
@@ -255,7 +255,7 @@ func BenchmarkShardAcquireExistingKey(b *testing.B) {
 // BenchmarkShardPipeline16 measures 16 pipelined acquires on random existing
 // keys from one caller: one batch per shard touched.
 func BenchmarkShardPipeline16(b *testing.B) {
-	g := New(Config{Shards: DefaultShards(2)})
+	g := New(Config{Shards: 4})
 	defer g.Close()
 	lim := bucket.Limit{Capacity: 1e15, Rate: 1}
 	keys := make([][]byte, 1024)
