@@ -44,19 +44,16 @@ done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-ab.XXXXXX")
 pids=()
+# shellcheck source=scripts/bench-lib.sh
+. "$script_dir/bench-lib.sh"
+
 cleanup() {
-  local rc=$? pid
-  for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
-  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" 2>/dev/null || true; done
+  local rc=$?
+  stop_pids ${pids[@]+"${pids[@]}"}
   rm -rf -- "$tmp"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=scripts/bench-lib.sh
-. "$script_dir/bench-lib.sh"
+trap_exit cleanup
 
 # build REV OUT: bucketd as of git revision REV.
 build() {

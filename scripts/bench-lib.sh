@@ -1,6 +1,28 @@
 # shellcheck shell=bash
-# bench-lib.sh: helpers shared by bench.sh and bench-modes.sh; sourced, not
+# bench-lib.sh: helpers shared by bench.sh, bench-modes.sh and bench-ab.sh; sourced, not
 # run. The caller defines HOST, CLIENTS, KEYSPACE, die and log.
+
+# stop_pids PID...: SIGTERM each process, wait for each about 5 s at most,
+# then SIGKILL that one PID; empty arguments are skipped.
+stop_pids() {
+  local pid
+  for pid in "$@"; do
+    [[ -n $pid ]] && kill "$pid" 2>/dev/null || true
+  done
+  for pid in "$@"; do
+    [[ -n $pid ]] || continue
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
+
+# trap_exit FUNC: run FUNC when the script exits, also on INT and TERM.
+trap_exit() {
+  trap "$1" EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
 
 # free_ports [N]: N (default 2) distinct free TCP ports on 127.0.0.1.
 free_ports() {

@@ -47,23 +47,17 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench-modes.XXXXXX")
 pids=()
 redis_pid=
+# shellcheck source=scripts/bench-lib.sh
+. "$script_dir/bench-lib.sh"
+
 cleanup() {
-  local rc=$? pid
+  local rc=$?
   if [[ -n $redis_pid ]]; then kill -CONT "$redis_pid" 2>/dev/null || true; fi
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids ${pids[@]+"${pids[@]}"}
   rm -rf -- "$tmp"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-# shellcheck source=scripts/bench-lib.sh
-. "$script_dir/bench-lib.sh"
+trap_exit cleanup
 
 if [[ -z ${BUCKETD_BIN:-} ]]; then
   log "building ./cmd/bucketd"

@@ -118,30 +118,16 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench.XXXXXX")
 redis_pid=
 bucketd_pid=
 
+# shellcheck source=scripts/bench-lib.sh
+. "$script_dir/bench-lib.sh"
+
 cleanup() {
-  local rc=$? pid
-  for pid in "$bucketd_pid" "$redis_pid"; do
-    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-    fi
-  done
-  for pid in "$bucketd_pid" "$redis_pid"; do
-    if [[ -n $pid ]]; then
-      # Bounded wait (about 5 s), then SIGKILL that one PID.
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
-      wait "$pid" 2>/dev/null || true
-    fi
-  done
+  local rc=$?
+  stop_pids "$bucketd_pid" "$redis_pid"
   rm -rf -- "$tmp"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=scripts/bench-lib.sh
-. "$script_dir/bench-lib.sh"
+trap_exit cleanup
 
 # --- build bucketd ------------------------------------------------------------------
 git_rev=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo "no-git")

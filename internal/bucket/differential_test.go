@@ -466,7 +466,7 @@ func compareState(h map[string]string, w diffWant, report func(string, ...any)) 
 		}
 		return
 	}
-	s, err := parseState(h)
+	s, err := redistest.ParseBucket(h)
 	switch {
 	case err != nil:
 		report("stored %v: %v; want %+v", h, err, w.state)
@@ -497,22 +497,6 @@ func checkReply(v any, want bucket.Decision, fail func(string, ...any)) {
 			fail("reply element %d is %q", i+1, e)
 		}
 	}
-}
-
-// parseState reads a stored hash: exactly the fields tokens and ts.
-func parseState(h map[string]string) (bucket.State, error) {
-	if len(h) != 2 {
-		return bucket.State{}, fmt.Errorf("want exactly the fields tokens and ts")
-	}
-	tokens, err := strconv.ParseFloat(h["tokens"], 64)
-	if err != nil {
-		return bucket.State{}, err
-	}
-	ts, err := strconv.ParseInt(h["ts"], 10, 64)
-	if err != nil {
-		return bucket.State{}, err
-	}
-	return bucket.State{Tokens: tokens, Last: ts}, nil
 }
 
 // TestDifferentialRedisBatch runs random operations through the script in

@@ -137,22 +137,6 @@ func evalsha(t *testing.T, rdb *redis.Client, key string, args []any) any {
 	return v
 }
 
-func stored(t *testing.T, rdb *redis.Client, key string) (bucket.State, bool) {
-	t.Helper()
-	h, err := rdb.HGetAll(context.Background(), key).Result()
-	if err != nil {
-		t.Fatalf("HGETALL %s: %v", key, err)
-	}
-	if len(h) == 0 {
-		return bucket.State{}, false
-	}
-	s, err := parseState(h)
-	if err != nil {
-		t.Fatalf("HGETALL %s = %v: %v", key, h, err)
-	}
-	return s, true
-}
-
 // TestScriptPutDelGuards: an older state never overwrites a newer one, and
 // a del older than the stored state deletes nothing.
 func TestScriptPutDelGuards(t *testing.T) {
@@ -181,7 +165,7 @@ func TestScriptPutDelGuards(t *testing.T) {
 		if got := evalsha(t, rdb, k, st.args); got != st.applied {
 			t.Fatalf("%s: reply %v, want %d", st.name, got, st.applied)
 		}
-		s, ok := stored(t, rdb, k)
+		s, ok := redistest.StoredBucket(t, rdb, k)
 		if st.want.Tokens < 0 {
 			if ok {
 				t.Fatalf("%s: key holds %+v, want none", st.name, s)
@@ -198,7 +182,7 @@ func TestScriptPutDelGuards(t *testing.T) {
 	if got := evalsha(t, rdb, k, putArgs(l, bucket.State{Tokens: 1, Last: 4999})); got != int64(0) {
 		t.Fatalf("put older than an acquire: reply %v, want 0", got)
 	}
-	if s, _ := stored(t, rdb, k); s != (bucket.State{Tokens: 6, Last: 5000}) {
+	if s, _ := redistest.StoredBucket(t, rdb, k); s != (bucket.State{Tokens: 6, Last: 5000}) {
 		t.Fatalf("after the skipped put: %+v, want 6 tokens at 5000", s)
 	}
 }
@@ -247,7 +231,7 @@ func TestScriptRedisTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TIME: %v", err)
 	}
-	s1, ok := stored(t, rdb, "clock")
+	s1, ok := redistest.StoredBucket(t, rdb, "clock")
 	if !ok || s1.Tokens != 7 || s1.Last < before.UnixMicro() || s1.Last > after.UnixMicro() {
 		t.Fatalf("stored %+v (exists %v), want 7 tokens at a ts in [%d, %d]", s1, ok, before.UnixMicro(), after.UnixMicro())
 	}
@@ -257,7 +241,7 @@ func TestScriptRedisTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, ok := stored(t, rdb, "clock")
+	s2, ok := redistest.StoredBucket(t, rdb, "clock")
 	if !ok || s2.Last < s1.Last {
 		t.Fatalf("second acquire stored %+v (exists %v) after %+v", s2, ok, s1)
 	}
@@ -269,7 +253,7 @@ func TestScriptRedisTime(t *testing.T) {
 	if _, err := redisscript.ParseDecision(evalsha(t, rdb, "clock", peekArgs(l, 1, redisscript.RedisTime))); err != nil {
 		t.Fatal(err)
 	}
-	if s3, _ := stored(t, rdb, "clock"); s3 != s2 {
+	if s3, _ := redistest.StoredBucket(t, rdb, "clock"); s3 != s2 {
 		t.Fatalf("peek changed the state %+v -> %+v", s2, s3)
 	}
 }
@@ -325,7 +309,7 @@ func TestScriptBadInput(t *testing.T) {
 	rdb := scriptServer(t)
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 	evalsha(t, rdb, "bad", acquireArgs(l, 4, 1000))
-	before, _ := stored(t, rdb, "bad")
+	before, _ := redistest.StoredBucket(t, rdb, "bad")
 	for _, tc := range []struct {
 		args []any
 		want string
@@ -356,7 +340,7 @@ func TestScriptBadInput(t *testing.T) {
 			t.Errorf("ARGV %q: error %v, want ERR %s...", tc.args, err, tc.want)
 		}
 	}
-	if after, ok := stored(t, rdb, "bad"); !ok || after != before {
+	if after, ok := redistest.StoredBucket(t, rdb, "bad"); !ok || after != before {
 		t.Fatalf("bad input changed the state %+v -> %+v", before, after)
 	}
 	// Defaults: cost 1 and op acquire.
@@ -406,7 +390,7 @@ func TestScriptPeekIsReadOnly(t *testing.T) {
 	rdb := scriptServer(t)
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 	evalsha(t, rdb, "ro", acquireArgs(l, 4, 1000))
-	s, _ := stored(t, rdb, "ro")
+	s, _ := redistest.StoredBucket(t, rdb, "ro")
 	for _, tc := range []struct {
 		args []any
 		cost float64
@@ -428,7 +412,7 @@ func TestScriptPeekIsReadOnly(t *testing.T) {
 	if err := rdb.EvalShaRO(ctx, bucket.ScriptSHA1, []string{"ro"}, acquireArgs(l, 1, 3000)...).Err(); err == nil {
 		t.Fatal("an acquire ran under EVALSHA_RO")
 	}
-	if after, _ := stored(t, rdb, "ro"); after != s {
+	if after, _ := redistest.StoredBucket(t, rdb, "ro"); after != s {
 		t.Fatalf("state changed %+v -> %+v", s, after)
 	}
 }

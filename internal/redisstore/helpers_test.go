@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -88,30 +87,6 @@ func runOps(t testing.TB, s *Store, ops ...decide.Request) []decide.Answer {
 		t.Fatalf("Run: %v", err)
 	}
 	return append([]decide.Answer(nil), rs...)
-}
-
-// storedState reads the bucket at key as the script stores it.
-func storedState(t testing.TB, rdb redis.Cmdable, key string) (bucket.State, bool) {
-	t.Helper()
-	h, err := rdb.HGetAll(context.Background(), key).Result()
-	if err != nil {
-		t.Fatalf("HGETALL %s: %v", key, err)
-	}
-	if len(h) == 0 {
-		return bucket.State{}, false
-	}
-	if len(h) != 2 {
-		t.Fatalf("HGETALL %s = %v: want exactly the fields tokens and ts", key, h)
-	}
-	tokens, err := strconv.ParseFloat(h["tokens"], 64)
-	if err != nil {
-		t.Fatalf("HGETALL %s: tokens %q: %v", key, h["tokens"], err)
-	}
-	ts, err := strconv.ParseInt(h["ts"], 10, 64)
-	if err != nil {
-		t.Fatalf("HGETALL %s: ts %q: %v", key, h["ts"], err)
-	}
-	return bucket.State{Tokens: tokens, Last: ts}, true
 }
 
 // redisMicros returns Redis's TIME in Unix microseconds.

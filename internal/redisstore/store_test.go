@@ -112,7 +112,7 @@ func TestSingleStore(t *testing.T) {
 		if r.Err != nil {
 			t.Fatalf("acquire %d: %+v", i, r)
 		}
-		got, ok := storedState(t, rdb, stored)
+		got, ok := redistest.StoredBucket(t, rdb, stored)
 		if !ok {
 			t.Fatalf("acquire %d: no key %s", i, stored)
 		}
@@ -166,7 +166,7 @@ func TestSingleStore(t *testing.T) {
 	if p[2].Decision.RetryAfterMs != -1 {
 		t.Fatalf("peek with cost > capacity: retry %d, want -1", p[2].Decision.RetryAfterMs)
 	}
-	if got, _ := storedState(t, rdb, stored); got != state {
+	if got, _ := redistest.StoredBucket(t, rdb, stored); got != state {
 		t.Fatalf("a peek changed the state: %+v, want %+v", got, state)
 	}
 	if n, _ := rdb.Exists(ctx, "tb:never").Result(); n != 0 {

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/bucket"
 )
 
 // RequireEnv names the environment variable that turns a missing
@@ -528,4 +530,39 @@ func (c *Cluster) Client(opts ...*redis.ClusterOptions) *redis.ClusterClient {
 		_ = cc.Close()
 	})
 	return cc
+}
+
+// ParseBucket reads a bucket HASH as the Lua script stores it (exactly the
+// fields tokens and ts, as HGETALL returns them) into a bucket.State.
+func ParseBucket(h map[string]string) (bucket.State, error) {
+	if len(h) != 2 {
+		return bucket.State{}, fmt.Errorf("want exactly the fields tokens and ts, got %v", h)
+	}
+	tokens, err := strconv.ParseFloat(h["tokens"], 64)
+	if err != nil {
+		return bucket.State{}, fmt.Errorf("tokens: %w", err)
+	}
+	ts, err := strconv.ParseInt(h["ts"], 10, 64)
+	if err != nil {
+		return bucket.State{}, fmt.Errorf("ts: %w", err)
+	}
+	return bucket.State{Tokens: tokens, Last: ts}, nil
+}
+
+// StoredBucket reads the bucket at key (HGETALL and ParseBucket); false
+// when the key does not exist. Anything else than a bucket fails the test.
+func StoredBucket(t testing.TB, rdb redis.Cmdable, key string) (bucket.State, bool) {
+	t.Helper()
+	h, err := rdb.HGetAll(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	if len(h) == 0 {
+		return bucket.State{}, false
+	}
+	s, err := ParseBucket(h)
+	if err != nil {
+		t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	return s, true
 }

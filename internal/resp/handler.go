@@ -102,20 +102,25 @@ func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
 		kind = planAcquireInfo
 		rest = rest[:len(rest)-1]
 	}
-	switch len(rest) {
-	case 0:
-		op.Cost = 1
-	case 1:
-		if op.Cost, e = parseCost(rest[0]); e != nil {
-			return e
-		}
-	default:
+	if len(rest) > 1 {
 		return errSyntax
+	}
+	if op.Cost, e = optionalCost(rest); e != nil {
+		return e
 	}
 	op.Kind = decide.Acquire
 	sess.caller.Add(op)
 	sess.plan = append(sess.plan, planned{kind: kind, ops: 1})
 	return nil
+}
+
+// optionalCost parses the cost argument that may follow key capacity rate
+// (rest holds at most it): 1 when it is absent.
+func optionalCost(rest [][]byte) (float64, *errorReply) {
+	if len(rest) == 0 {
+		return 1, nil
+	}
+	return parseCost(rest[0])
 }
 
 // planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments).
@@ -124,11 +129,8 @@ func (s *Server) planPeek(sess *session, args [][]byte) *errorReply {
 	if e != nil {
 		return e
 	}
-	op.Cost = 1
-	if len(args) == 5 {
-		if op.Cost, e = parseCost(args[4]); e != nil {
-			return e
-		}
+	if op.Cost, e = optionalCost(args[4:]); e != nil {
+		return e
 	}
 	op.Kind = decide.Peek
 	sess.caller.Add(op)
@@ -181,33 +183,33 @@ func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, 
 		op.Limit = bucket.Limit{Capacity: p.Capacity, Rate: p.Rate}
 		return op, nil
 	}
-	capacity, ok := parseNumber(args[2])
-	switch {
-	case !ok || !(capacity > 0):
-		return op, errInvalidCapacity
-	case capacity > maxParam:
-		return op, errCapacityTooLarge
+	capacity, e := parseParam(args[2], false, errInvalidCapacity, errCapacityTooLarge)
+	if e != nil {
+		return op, e
 	}
-	rate, ok := parseNumber(args[3])
-	switch {
-	case !ok || !(rate > 0):
-		return op, errInvalidRate
-	case rate > maxParam:
-		return op, errRateTooLarge
+	rate, e := parseParam(args[3], false, errInvalidRate, errRateTooLarge)
+	if e != nil {
+		return op, e
 	}
 	op.Limit = bucket.Limit{Capacity: capacity, Rate: rate}
 	return op, nil
 }
 
 func parseCost(b []byte) (float64, *errorReply) {
-	cost, ok := parseNumber(b)
+	return parseParam(b, true, errInvalidCost, errCostTooLarge)
+}
+
+// parseParam parses a capacity, rate or cost: a finite number > 0 (>= 0
+// with zeroOK) and at most maxParam, or the matching error reply.
+func parseParam(b []byte, zeroOK bool, invalid, tooLarge *errorReply) (float64, *errorReply) {
+	v, ok := parseNumber(b)
 	switch {
-	case !ok || !(cost >= 0):
-		return 0, errInvalidCost
-	case cost > maxParam:
-		return 0, errCostTooLarge
+	case !ok || !(v > 0 || zeroOK && v == 0):
+		return 0, invalid
+	case v > maxParam:
+		return 0, tooLarge
 	}
-	return cost + 0, nil // + 0 turns -0 into 0
+	return v + 0, nil // + 0 turns -0 into 0
 }
 
 // flushPlan sends the planned bucket operations to the shards and writes

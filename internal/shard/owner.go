@@ -157,17 +157,27 @@ func (s *shard) find(o *op, want Kind) (i int32, ok, wrongType bool) {
 	return i, ok, false
 }
 
+// tokenBucket finds o's token bucket: its entry and state, or exists=false
+// for a key with no bucket (which is full). A key holding a CL.THROTTLE
+// state gives decide.ErrWrongType.
+func (s *shard) tokenBucket(o *op) (i int32, st bucket.State, exists bool, err error) {
+	i, exists, wrong := s.find(o, TokenBucket)
+	switch {
+	case wrong:
+		return i, st, false, decide.ErrWrongType
+	case exists:
+		st = s.t.entries[i].bucketState()
+	}
+	return i, st, exists, nil
+}
+
 // acquire spends tokens and stores the outcome: a bucket left full is
 // deleted (or never created), anything else is kept with the request's
 // limit.
 func (s *shard) acquire(o *op, now int64, n *tally) decide.Answer {
-	i, exists, wrong := s.find(o, TokenBucket)
-	if wrong {
-		return decide.Answer{Err: decide.ErrWrongType}
-	}
-	var st bucket.State
-	if exists {
-		st = s.t.entries[i].bucketState()
+	i, st, exists, err := s.tokenBucket(o)
+	if err != nil {
+		return decide.Answer{Err: err}
 	}
 	next, d := bucket.Acquire(st, exists, o.Limit, o.Cost, now)
 	n.decided(d.Allowed)
@@ -183,13 +193,9 @@ func (s *shard) acquire(o *op, now int64, n *tally) decide.Answer {
 
 // peek answers what acquire would, changing nothing.
 func (s *shard) peek(o *op, now int64, n *tally) decide.Answer {
-	i, exists, wrong := s.find(o, TokenBucket)
-	if wrong {
-		return decide.Answer{Err: decide.ErrWrongType}
-	}
-	var st bucket.State
-	if exists {
-		st = s.t.entries[i].bucketState()
+	_, st, exists, err := s.tokenBucket(o)
+	if err != nil {
+		return decide.Answer{Err: err}
 	}
 	n.peeks++
 	return decide.Answer{Decision: bucket.Peek(st, exists, o.Limit, o.Cost, now)}
