@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/testkit"
+
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/shard"
 )
@@ -116,13 +118,9 @@ func TestRunStopsBeforeFinal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); k.Run(ctx, time.Millisecond) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(log.String(), `level=DEBUG msg="snapshot written"`) {
-		if time.Now().After(deadline) {
-			t.Fatal("no periodic snapshot within 10 s")
-		}
-		time.Sleep(time.Millisecond) // the periodic snapshots run in real time
-	}
+	testkit.Eventually(t, 10*time.Second, "a periodic snapshot", func() bool {
+		return strings.Contains(log.String(), `level=DEBUG msg="snapshot written"`)
+	})
 	cancel()
 	<-ran
 	if _, err := k.Group.Restore([]shard.Record{drained("last")}); err != nil {
