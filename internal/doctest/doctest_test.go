@@ -98,7 +98,6 @@ func buildAndRun(m *testing.M) int {
 	return m.Run()
 }
 
-
 // docFiles are the Markdown files whose sessions are tested.
 func docFiles(t *testing.T) []string {
 	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))

@@ -223,7 +223,8 @@ func (d *directives) parse(lines []string, at int) error {
 			if strings.TrimSpace(body) == "" {
 				d.file = rest // the block below is the file
 			} else {
-				d.files = append(d.files, docFile{name: rest, body: strings.TrimLeft(body, "\n"), line: at + i})
+				body = strings.TrimRight(strings.TrimLeft(body, "\n"), " \t\n") + "\n"
+				d.files = append(d.files, docFile{name: rest, body: body, line: at + i})
 			}
 			return nil
 		default:

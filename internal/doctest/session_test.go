@@ -201,7 +201,9 @@ func (e *env) runBlock(b *block, first bool) error {
 
 // prepare turns a doc command into the one to run: redis-cli without a
 // server goes to 6379 as it would, the doc's ports become the session's,
-// and `any` words get what this run printed for them.
+// and `any` words get what this run printed for them. A command that names
+// an `any` word no output has given a value yet is not run: the doc's
+// example value (a process id for kill) must never reach a real process.
 func (e *env) prepare(cmd string) (string, error) {
 	cmd, err := e.addrs.forward(defaultRedisPort(cmd))
 	if err != nil {
@@ -209,6 +211,13 @@ func (e *env) prepare(cmd string) (string, error) {
 	}
 	for _, bd := range e.bindings {
 		cmd = replaceWord(cmd, bd.doc, bd.got)
+	}
+	for _, b := range e.s.blocks {
+		for _, w := range b.d.any {
+			if replaceWord(cmd, w, "") != cmd {
+				return "", fmt.Errorf("the command uses %s, an `any` word that no output before it has given a value", w)
+			}
+		}
 	}
 	return cmd, nil
 }
