@@ -47,10 +47,10 @@
 //
 // Time: bucketd refills continuously, so the milliseconds in replies
 // depend on when commands arrive; mark them `about`. A session that fails
-// after one of its steps (bucketd's start, a shell command, a whole
-// transcript) took more than 50 ms beyond the doc's pauses is run again
-// (three runs at most), since its figures may legitimately differ; a wrong
-// doc fails all three. docs/README.md ("How docs are
+// after its steps (bucketd's start, setup and shell commands, transcripts)
+// took more than 50 ms together beyond the doc's pauses is run again (three
+// runs at most), since its figures may legitimately differ; a wrong doc
+// fails all three. docs/README.md ("How docs are
 // tested") explains the same for doc writers.
 package doctest
 
@@ -212,9 +212,9 @@ func runSession(t *testing.T, s *session) int {
 			return n
 		}
 		if !e.slow() || n == maxRuns {
-			t.Fatalf("%v\n(run %d of the session; its slowest step took %v)", err, n, e.slowest)
+			t.Fatalf("%v\n(run %d of the session; its steps took %v beyond the pauses)", err, n, e.busy)
 		}
-		t.Logf("run %d failed, and a step took %v, too slow for the doc's timing; running it again:\n%v", n, e.slowest, err)
+		t.Logf("run %d failed after its steps took %v beyond the pauses, too slow for the doc's timing; running it again:\n%v", n, e.busy, err)
 	}
 }
 
