@@ -113,8 +113,11 @@ func markAt(line string, i int, m marks) (capture, int) {
 // binding is what an `any` word turned out to be in this run.
 type binding struct{ doc, got string }
 
-// matchLine checks one actual line against one pattern.
-func (p linePattern) matchLine(got string) ([]binding, bool) {
+// matchLine checks one actual line against one pattern. slack widens
+// every `about` tolerance: the milliseconds the run spent beyond the doc's
+// pauses, by which a millisecond figure (retry_after_ms, reset_after_ms,
+// PTTL) moves one for one.
+func (p linePattern) matchLine(got string, slack float64) ([]binding, bool) {
 	if p.re == nil {
 		return nil, got == p.text
 	}
@@ -129,7 +132,7 @@ func (p linePattern) matchLine(got string) ([]binding, bool) {
 		case c.approx:
 			want, _ := strconv.ParseFloat(c.word, 64)
 			have, err := strconv.ParseFloat(v, 64)
-			if err != nil || math.Abs(have-want) > c.tol {
+			if err != nil || math.Abs(have-want) > c.tol+slack {
 				return nil, false
 			}
 		case c.any:
@@ -141,14 +144,14 @@ func (p linePattern) matchLine(got string) ([]binding, bool) {
 
 // matchLines matches actual lines against patterns; "any lines" patterns
 // match as few lines as they can that still let the rest match.
-func matchLines(want []linePattern, got []string) ([]binding, bool) {
+func matchLines(want []linePattern, got []string, slack float64) ([]binding, bool) {
 	if len(want) == 0 {
 		return nil, len(got) == 0
 	}
 	p := want[0]
 	if p.anyLines {
 		for skip := 0; skip <= len(got); skip++ {
-			if bs, ok := matchLines(want[1:], got[skip:]); ok {
+			if bs, ok := matchLines(want[1:], got[skip:], slack); ok {
 				return bs, true
 			}
 		}
@@ -157,11 +160,11 @@ func matchLines(want []linePattern, got []string) ([]binding, bool) {
 	if len(got) == 0 {
 		return nil, false
 	}
-	first, ok := p.matchLine(got[0])
+	first, ok := p.matchLine(got[0], slack)
 	if !ok {
 		return nil, false
 	}
-	rest, ok := matchLines(want[1:], got[1:])
+	rest, ok := matchLines(want[1:], got[1:], slack)
 	if !ok {
 		return nil, false
 	}
@@ -170,7 +173,7 @@ func matchLines(want []linePattern, got []string) ([]binding, bool) {
 
 // firstDifference describes where got first departs from want, for the
 // failure message (wildcard lines are skipped over greedily).
-func firstDifference(want []linePattern, got []string) string {
+func firstDifference(want []linePattern, got []string, slack float64) string {
 	j := 0
 	for i, p := range want {
 		if p.anyLines {
@@ -179,7 +182,7 @@ func firstDifference(want []linePattern, got []string) string {
 		if j >= len(got) {
 			return fmt.Sprintf("expected line %d %q: the output ended", i+1, p.text)
 		}
-		if _, ok := p.matchLine(got[j]); !ok {
+		if _, ok := p.matchLine(got[j], slack); !ok {
 			return fmt.Sprintf("expected line %d:\n\twant %q\n\tgot  %q", i+1, p.text, got[j])
 		}
 		j++

@@ -26,7 +26,7 @@
 //	<!-- doctest: continue -->                   same server (and bash) as the page's previous session
 //	<!-- doctest: server --requirepass s3cret --> the session's bucketd flags
 //	<!-- doctest: redis -->                      start a redis-server; 6379 is its port
-//	<!-- doctest: about 3996 970 2999773±5000 --> time-dependent numbers: ±100 unless ±N says
+//	<!-- doctest: about 3996 970 2999773±5000 --> time-dependent milliseconds: ±100 unless ±N says
 //	<!-- doctest: any 22362 go1.26.8 -->         words that differ from run to run
 //	<!-- doctest: setup redis-cli -p 6380 FOO --> a shell command run first, output not shown
 //	<!-- doctest: file bucketd.yaml -->          the block below is a file of the page's sessions
@@ -46,7 +46,10 @@
 // `listening` line, or what bucketd printed when it exited.
 //
 // Time: bucketd refills continuously, so the milliseconds in replies
-// depend on when commands arrive; mark them `about`. A session that fails
+// depend on when commands arrive; mark them `about`. Such a figure moves
+// one for one with the time that passes, so each `about` tolerance grows by
+// the milliseconds the run has spent beyond the doc's pauses so far (a
+// busy machine). A session that fails
 // after its steps (bucketd's start, setup and shell commands, transcripts)
 // took more than 50 ms together beyond the doc's pauses is run again (three
 // runs at most), since its figures may legitimately differ; a wrong doc

@@ -23,7 +23,7 @@ type env struct {
 	server   *bucketd
 	redis    *redistest.Server
 	sh       *shell
-	bindings []binding    // `any` words and what this run printed for them
+	bindings []binding     // `any` words and what this run printed for them
 	busy     time.Duration // the time the steps took beyond the doc's pauses
 }
 
@@ -298,6 +298,9 @@ func (e *env) startFromDoc(cmd string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if vars, err = e.forwardAll(vars); err != nil {
+		return "", err
+	}
 	srv, out, err := startBucketd(e.dir, vars, flags)
 	if err != nil || srv == nil {
 		return out, err
@@ -319,10 +322,11 @@ func (e *env) compare(m marks, want, got []string) error {
 	for i, w := range want {
 		pats[i] = compile(w, m, used)
 	}
-	bs, ok := matchLines(pats, got)
+	slack := float64(e.busy.Milliseconds())
+	bs, ok := matchLines(pats, got, slack)
 	if !ok {
-		return fmt.Errorf("%s\n--- the doc shows:\n%s\n--- the run printed:\n%s",
-			firstDifference(pats, got), indent(want), indent(got))
+		return fmt.Errorf("%s\n--- the doc shows:\n%s\n--- the run printed:\n%s\n(`about` numbers: their tolerance + %v of slack)",
+			firstDifference(pats, got, slack), indent(want), indent(got), e.busy)
 	}
 	e.bindings = append(e.bindings, bs...)
 	return nil

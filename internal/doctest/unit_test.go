@@ -168,9 +168,9 @@ func TestCompare(t *testing.T) {
 		"4) (integer) 1000",
 		"4) (integer) 999990",
 	}
-	bs, ok := matchLines(pats, good)
+	bs, ok := matchLines(pats, good, 0)
 	if !ok {
-		t.Fatalf("no match: %s", firstDifference(pats, good))
+		t.Fatalf("no match: %s", firstDifference(pats, good, 0))
 	}
 	if len(bs) != 2 || bs[0] != (binding{"3", "1"}) || bs[1] != (binding{"22362", "4242"}) {
 		t.Errorf("bindings %+v", bs)
@@ -191,14 +191,19 @@ func TestCompare(t *testing.T) {
 		if i == 6 {
 			continue
 		}
-		if _, ok := matchLines(pats, got); ok {
+		if _, ok := matchLines(pats, got, 0); ok {
 			t.Errorf("line %d %q matched %q", i, bad, want[i])
 		}
 	}
-	if _, ok := matchLines(pats, good[:len(good)-1]); ok {
+	slow := append([]string{}, good...)
+	slow[1] = "4) (integer) 3846"
+	if _, ok := matchLines(pats, slow, 50); !ok {
+		t.Error("150 ms off did not match about 3996 with 50 ms of slack")
+	}
+	if _, ok := matchLines(pats, good[:len(good)-1], 0); ok {
 		t.Error("a missing last line matched")
 	}
-	if _, ok := matchLines(pats, append(good, "extra")); ok {
+	if _, ok := matchLines(pats, append(good, "extra"), 0); ok {
 		t.Error("an extra line matched")
 	}
 }
