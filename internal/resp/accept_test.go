@@ -151,7 +151,9 @@ func (l remoteListener) Accept() (net.Conn, error) {
 
 type remoteConn struct{ net.Conn }
 
-func (remoteConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 40000} }
+func (remoteConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 40000}
+}
 
 // serveRemote runs a server whose clients all look non-loopback.
 func serveRemote(t *testing.T, cfg resp.Config) *testserver.Server {
@@ -230,4 +232,114 @@ func TestPlainSilentSocketsDelayNoClient(t *testing.T) {
 func newLimiter(t *testing.T) resp.Limiter {
 	t.Helper()
 	return resp.Memory(testserver.NewGroup(t, testkit.NewClock(), nil))
+}
+
+// readToEnd reads c until the server closes it, within promptly, and
+// fails the test if the server does not.
+func readToEnd(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(promptly)) //nolint:errcheck // a fresh conn
+	buf := make([]byte, 512)
+	for {
+		_, err := c.Read(buf)
+		if err == nil {
+			continue
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: still open after %v", what, promptly)
+		}
+		return
+	}
+}
+
+// TestTLSHandshakeFailuresAreCountedAndBounded is issue 10 item 10: a
+// failed TLS handshake shows in a counter. A plain client on the TLS port
+// fails at once; a silent socket, admitted or refused, fails when the
+// handshake timeout ends it, and an admitted one gives its slot back.
+func TestTLSHandshakeFailuresAreCountedAndBounded(t *testing.T) {
+	pair := newTLSPair(t)
+	ts := startServer(t, func(cfg *resp.Config) {
+		cfg.TLS = pair.server
+		cfg.MaxClients = 2
+		cfg.HandshakeTimeout = 200 * time.Millisecond // real time is the point: the server ends silent sockets
+	})
+	failures := func(n int64) func() bool {
+		return func() bool { return ts.Server.Stats().TLSHandshakeFailures == n }
+	}
+	plain := dialPlain(t, ts.Addr)
+	plain.Write([]byte("PING\r\n")) //nolint:errcheck // the server may have closed it already
+	readToEnd(t, plain, "a plain client on the TLS port")
+	testkit.Eventually(t, promptly, "the plain client's handshake counted", failures(1))
+
+	testkit.Eventually(t, promptly, "no client left", func() bool { return ts.Server.Stats().ConnectedClients == 0 })
+	admitted := silent(t, ts, func(st resp.ServerStats) bool { return st.ConnectedClients == 1 })
+	readToEnd(t, admitted, "an admitted silent socket")
+	testkit.Eventually(t, promptly, "its slot given back", func() bool { return ts.Server.Stats().ConnectedClients == 0 })
+	testkit.Eventually(t, promptly, "the admitted silent socket counted", failures(2))
+
+	for range 2 {
+		c, err := dialTLS(t, ts.Addr, pair.client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.ping(); got != "+PONG\r\n" {
+			t.Fatalf("TLS client: %q, %v", got, err)
+		}
+	}
+	refused := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	readToEnd(t, refused, "a refused silent socket")
+	testkit.Eventually(t, promptly, "the refused silent socket counted", failures(3))
+	if st := ts.Server.Stats(); st.TotalConnections != 4 || st.RejectedConnections != 1 {
+		t.Fatalf("connections %d (want 4: the plain client, the admitted silent socket, two TLS clients), rejected %d (want 1)",
+			st.TotalConnections, st.RejectedConnections)
+	}
+}
+
+// TestShutdownCutsPendingHandshakesAndRefusals: a shutdown does not wait
+// for silent sockets, whether their handshake or their refusal is
+// pending, and a handshake it cuts short is not a failure.
+func TestShutdownCutsPendingHandshakesAndRefusals(t *testing.T) {
+	pair := newTLSPair(t)
+	ts := startServer(t, func(cfg *resp.Config) {
+		cfg.TLS = pair.server
+		cfg.MaxClients = 1
+		cfg.HandshakeTimeout = time.Hour
+	})
+	admitted := silent(t, ts, func(st resp.ServerStats) bool { return st.ConnectedClients == 1 })
+	refused := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a handshake and a refusal pending: %v", err)
+	}
+	readToEnd(t, admitted, "the admitted silent socket after shutdown")
+	readToEnd(t, refused, "the refused silent socket after shutdown")
+	if n := ts.Server.Stats().TLSHandshakeFailures; n != 0 {
+		t.Fatalf("%d handshake failures counted for handshakes the shutdown cut short", n)
+	}
+}
+
+// TestSilentTLSRefusalsHoldBoundedDescriptors: refusals waiting for a TLS
+// handshake are bounded (16 at once), so silent sockets beyond
+// --max-clients cannot take every descriptor: one more is closed at once,
+// without its reply, and admitted clients are still served.
+func TestSilentTLSRefusalsHoldBoundedDescriptors(t *testing.T) {
+	pair := newTLSPair(t)
+	ts := startServer(t, func(cfg *resp.Config) {
+		cfg.TLS = pair.server
+		cfg.MaxClients = 1
+		cfg.HandshakeTimeout = time.Hour
+	})
+	c, err := dialTLS(t, ts.Addr, pair.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == int64(i+1) })
+	}
+	extra := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 17 })
+	readToEnd(t, extra, "a 17th silent socket refused while 16 refusals wait for their handshake")
+	if got, err := c.ping(); got != "+PONG\r\n" {
+		t.Fatalf("the admitted TLS client beside 16 pending refusals: %q, %v", got, err)
+	}
 }
