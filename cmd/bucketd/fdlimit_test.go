@@ -28,7 +28,7 @@ func startWithFileLimit(t *testing.T, limit int, args ...string) *process {
 	return startExecutable(t, wrapper, args...)
 }
 
-var effectiveLine = regexp.MustCompile(`level=WARN msg="[^"]*open-file limit[^"]*" .*effective_max_clients=(\d+)`)
+var effectiveLine = regexp.MustCompile(`level=WARN msg="[^"]*open-file limit[^"]*" .*effective_max_clients=(\d+).*`)
 
 // TestOpenFileLimitBoundsClients is issue 10 item 7: --max-clients above
 // what the open-file limit allows. bucketd says so at start and serves
