@@ -18,6 +18,7 @@ import (
 	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // replicateLoadBound is how long a replicating bucketd waits, at start,
@@ -51,13 +52,18 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 	if err := metrics.RegisterRuntime(d.reg); err != nil {
 		return nil, err
 	}
+	clients, err := resp.FitMaxClients(cfg.MaxClients, redisConns(b))
+	if err != nil {
+		return nil, err
+	}
+	clients.Log(logger)
 	serverCfg := resp.Config{
 		Limiter:         b.limiter,
 		MaxKeyBytes:     cfg.MaxKeyBytes,
 		Limits:          resp.Limits{MaxQueryBytes: cfg.MaxQueryBytes, MaxArgs: cfg.MaxArgs},
 		RequirePass:     cfg.RequirePass,
 		ProtectedMode:   cfg.ProtectedMode,
-		MaxClients:      cfg.MaxClients,
+		MaxClients:      clients.MaxClients,
 		IdleTimeout:     cfg.IdleTimeout,
 		TLS:             tlsConf,
 		Info:            b.info(),
@@ -74,6 +80,36 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 	rl.srv = d.srv
 	d.srv.SetPolicies(respPolicies(cfg.Policies))
 	return d, nil
+}
+
+// redisConns is how many connections to Redis bucketd may open, for the
+// descriptors FitMaxClients keeps: in store mode the client's pool and
+// pipeline pool (per seed node of a cluster, a lower bound when the
+// cluster has more masters); with --replicate the replicator's one
+// connection and its pipeline pool.
+func redisConns(b *buckets) int {
+	pools := func(pool, pipeline int) int {
+		switch {
+		case pipeline < 0:
+			return pool
+		case pipeline == 0:
+			return pool + redis.DefaultPipelinePoolSize
+		}
+		return pool + pipeline
+	}
+	n := 0
+	if b.rep != nil {
+		n += pools(1, 0)
+	}
+	switch c := b.client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		n += pools(o.PoolSize, o.PipelinePoolSize)
+	case *redis.ClusterClient:
+		o := c.Options()
+		n += pools(o.PoolSize, o.PipelinePoolSize) * len(o.Addrs)
+	}
+	return n
 }
 
 // listen opens the client port, then the metrics server: a port in use

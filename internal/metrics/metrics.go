@@ -115,7 +115,7 @@ type collector struct {
 
 	decisions, peeks, resets, expired, evicted, buckets, queueDepth *prometheus.Desc
 	commandsTotal, errorsTotal                                      *prometheus.Desc
-	connected, connections, rejected                                *prometheus.Desc
+	connected, connections, rejected, tlsHandshakeFailures          *prometheus.Desc
 
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
@@ -148,6 +148,8 @@ func newCollector(src Sources) (*collector, error) {
 		connected:     desc("connected_clients", "Client connections open now."),
 		connections:   desc("connections_total", "Client connections accepted."),
 		rejected:      desc("rejected_connections_total", "Client connections refused at accept (max clients, protected mode, shutting down)."),
+		tlsHandshakeFailures: desc("tls_handshake_failures_total",
+			"TLS handshakes on the client port that failed or timed out, of admitted and refused connections alike."),
 
 		replQueueDepth:    desc("replication_queue_depth", "Bucket changes waiting to be written to Redis."),
 		replQueueCapacity: desc("replication_queue_capacity", "Capacity of the replication queue; changes beyond it are dropped."),
@@ -163,7 +165,7 @@ func newCollector(src Sources) (*collector, error) {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.decisions, c.peeks, c.resets, c.expired, c.evicted, c.buckets,
-		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected,
+		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected, c.tlsHandshakeFailures,
 	} {
 		ch <- d
 	}
@@ -218,6 +220,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.connected, float64(ss.ConnectedClients))
 	counter(c.connections, float64(ss.TotalConnections))
 	counter(c.rejected, float64(ss.RejectedConnections))
+	counter(c.tlsHandshakeFailures, float64(ss.TLSHandshakeFailures))
 
 	if c.src.Replication != nil {
 		rs := c.src.Replication()

@@ -42,11 +42,12 @@ func fakeSources(replication bool) Sources {
 // (which other changes extend) while every value stays distinct.
 func fakeServerStats() resp.ServerStats {
 	st := resp.ServerStats{
-		ConnectedClients:    4,
-		TotalConnections:    17,
-		RejectedConnections: 2,
-		TotalCommands:       12345,
-		Commands:            make([]int64, len(resp.CommandNames())),
+		ConnectedClients:     4,
+		TotalConnections:     17,
+		RejectedConnections:  2,
+		TLSHandshakeFailures: 3,
+		TotalCommands:        12345,
+		Commands:             make([]int64, len(resp.CommandNames())),
 	}
 	for i := range st.Commands {
 		st.Commands[i] = int64(100 + i)
@@ -100,6 +101,7 @@ var fixedNames = []string{
 	"bucketd_decisions_total", "bucketd_peeks_total", "bucketd_resets_total",
 	"bucketd_expired_buckets_total", "bucketd_evicted_buckets_total", "bucketd_buckets", "bucketd_shard_queue_depth",
 	"bucketd_connected_clients", "bucketd_connections_total", "bucketd_rejected_connections_total",
+	"bucketd_tls_handshake_failures_total",
 	"bucketd_command_duration_seconds",
 	"bucketd_replication_queue_depth", "bucketd_replication_queue_capacity", "bucketd_replication_lag_seconds",
 	"bucketd_replication_applied_total", "bucketd_replication_dropped_total", "bucketd_replication_errors_total",
@@ -148,7 +150,7 @@ func TestScrapeGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantFamilies := 13 // 12 from the collector, plus the histogram
+			wantFamilies := 14 // 13 from the collector, plus the histogram
 			if tc.replication {
 				wantFamilies += 6
 			}

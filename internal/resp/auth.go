@@ -64,18 +64,17 @@ func (s *Server) cmdAuth(c redcon.Conn, sess *session, args [][]byte) *errorRepl
 	return nil
 }
 
-// admit decides at accept time whether a new client may connect, and
-// answers the ones it turns away: --max-clients and protected mode.
-func (s *Server) admit(c redcon.Conn, remote net.Addr) bool {
+// refusal returns the reply that turns a new client from remote away, or
+// "" to admit it: --max-clients and protected mode. It only reads
+// counters, so the accept goroutine can call it (see admit).
+func (s *Server) refusal(remote net.Addr) string {
 	if s.cfg.MaxClients > 0 && s.n.connected.Load() >= int64(s.cfg.MaxClients) {
-		c.WriteError(errMaxClients)
-		return false
+		return errMaxClients
 	}
 	if s.cfg.ProtectedMode && !s.password.set && !isLoopbackAddr(remote) {
-		c.WriteError(errProtected)
-		return false
+		return errProtected
 	}
-	return true
+	return ""
 }
 
 func isLoopbackAddr(a net.Addr) bool {

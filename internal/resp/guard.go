@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -86,6 +87,11 @@ type guardConn struct {
 
 	draining atomic.Bool   // shutdown: stop reading, let in-flight work finish
 	idle     time.Duration // close after this long without input; 0 never
+
+	// shake is the TLS side of the socket until its handshake has run, at
+	// the first read (runHandshake, in accept.go); nil without TLS.
+	shake *tls.Conn
+	hs    *tlsHandshake
 }
 
 const guardInitialBuf = 4096
@@ -145,8 +151,12 @@ func (g *guardConn) compactIfDrained() {
 	}
 }
 
-// fill reads once from the socket and scans what arrived.
+// fill reads once from the socket and scans what arrived; with TLS, the
+// first fill runs the handshake first.
 func (g *guardConn) fill() {
+	if g.shake != nil && !g.runHandshake() {
+		return
+	}
 	if g.end == len(g.buf) {
 		g.makeRoom()
 	}

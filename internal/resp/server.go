@@ -61,6 +61,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// TLS, when set, serves TLS on the client port.
 	TLS *tls.Config
+	// HandshakeTimeout bounds a TLS handshake, and the writing of a
+	// refusal, for each connection (DefaultHandshakeTimeout, or
+	// IdleTimeout if that is shorter).
+	HandshakeTimeout time.Duration
 	// Info adds sections to INFO: each function returns the section of the
 	// part of bucketd whose state it shows (replication, the Redis store).
 	Info []func() info.Section
@@ -91,12 +95,15 @@ type Server struct {
 	cfg     Config
 	started time.Time
 
-	mu    sync.Mutex // guards conns and srv; never on the request path
-	conns map[*guardConn]struct{}
-	ln    net.Listener
+	mu       sync.Mutex // guards conns, refusing and ln; never on the request path
+	conns    map[*guardConn]struct{}
+	refusing map[net.Conn]struct{} // refusals being written (accept.go)
+	ln       net.Listener
 
-	active   sync.WaitGroup // one per open connection
+	active   sync.WaitGroup // one per open connection and per refusal being written
 	draining atomic.Bool
+	stop     chan struct{} // closed when draining starts: ends the accept back-off
+	hs       tlsHandshake
 
 	nextClientID atomic.Int64
 	n            counters
@@ -127,44 +134,30 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+		if cfg.IdleTimeout > 0 {
+			cfg.HandshakeTimeout = min(cfg.HandshakeTimeout, cfg.IdleTimeout)
+		}
+	}
 	s := &Server{
 		cfg:      cfg,
 		started:  time.Now(),
 		conns:    make(map[*guardConn]struct{}),
+		refusing: make(map[net.Conn]struct{}),
+		stop:     make(chan struct{}),
 		password: newPasswordCheck(cfg.RequirePass),
 	}
+	s.hs = tlsHandshake{timeout: cfg.HandshakeTimeout, failures: &s.n.tlsHandshakeFailures}
 	s.SetPolicies(nil)
 	return s, nil
 }
 
-// guardedListener wraps every accepted connection in a guardConn.
-type guardedListener struct {
-	net.Listener
-	lim  *Limits
-	idle time.Duration
-}
-
-func (l guardedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true) //nolint:errcheck // the default already; only fails on a closed conn
-	}
-	g := newGuardConn(c, l.lim)
-	g.idle = l.idle
-	return g, nil
-}
-
 // Serve answers clients on ln until Shutdown. It returns nil after a
-// Shutdown and the listener's error otherwise.
+// Shutdown and the listener's error otherwise; a failed accept (out of
+// file descriptors, say) is retried after a pause (see listener).
 func (s *Server) Serve(ln net.Listener) error {
 	srv := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
-	srv.AcceptError = func(err error) {
-		s.cfg.Logger.Warn("accept failed", "err", err)
-		time.Sleep(5 * time.Millisecond) // e.g. out of file descriptors: do not spin
-	}
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
@@ -172,11 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
-	inner := ln
-	if s.cfg.TLS != nil {
-		inner = tls.NewListener(ln, s.cfg.TLS)
-	}
-	err := srv.Serve(guardedListener{inner, &s.cfg.Limits, s.cfg.IdleTimeout})
+	err := srv.Serve(&listener{Listener: ln, s: s, now: time.Now, pause: s.pause})
 	if s.draining.Load() {
 		return nil
 	}
@@ -199,10 +188,15 @@ func (s *Server) Addr() net.Addr {
 // at once and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.draining.Store(true)
+	if !s.draining.Swap(true) {
+		close(s.stop)
+	}
 	ln := s.ln
 	for g := range s.conns {
 		g.drain()
+	}
+	for c := range s.refusing {
+		c.Close() //nolint:errcheck // a refusal is owed nothing at shutdown
 	}
 	s.mu.Unlock()
 	if ln != nil {
@@ -242,26 +236,15 @@ type session struct {
 	keys   []byte // prefixed keys of this pipeline's policy commands
 }
 
+// accept is redcon's accept hook, called on the accept goroutine for each
+// connection listener.Accept admitted: it only gives the connection its
+// session. It never refuses, since redcon would then flush the connection
+// on the accept goroutine, and with TLS a flush runs the handshake.
 func (s *Server) accept(c redcon.Conn) bool {
 	g, ok := c.NetConn().(*guardConn)
 	if !ok {
-		return false // cannot happen: every conn comes from guardedListener
+		return false // cannot happen: every conn comes from listener.Accept
 	}
-	if !s.admit(c, g.RemoteAddr()) {
-		s.n.rejected.Add(1)
-		return false
-	}
-	s.mu.Lock()
-	if s.draining.Load() {
-		s.mu.Unlock()
-		s.n.rejected.Add(1)
-		return false
-	}
-	s.conns[g] = struct{}{}
-	s.active.Add(1)
-	s.mu.Unlock()
-	s.n.connected.Add(1)
-	s.n.totalConns.Add(1)
 	sess := &session{
 		id:     s.nextClientID.Add(1),
 		guard:  g,

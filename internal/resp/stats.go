@@ -7,31 +7,36 @@ type ServerStats struct {
 	ConnectedClients    int64
 	TotalConnections    int64
 	RejectedConnections int64 // refused at accept: --max-clients, protected mode, shutdown
-	TotalCommands       int64
-	Commands            []int64 // by command, indexed like CommandNames()
-	Errors              [numErrorKinds]int64
+	// TLSHandshakeFailures counts TLS handshakes that failed or timed
+	// out, of admitted and refused connections alike.
+	TLSHandshakeFailures int64
+	TotalCommands        int64
+	Commands             []int64 // by command, indexed like CommandNames()
+	Errors               [numErrorKinds]int64
 }
 
 // counters are the Server's atomics. Per-command counts are added once per
 // pipeline from a connection-local tally, not once per command, so the hot
 // path does not bounce a shared cache line between cores.
 type counters struct {
-	connected  atomic.Int64
-	totalConns atomic.Int64
-	rejected   atomic.Int64
-	totalCmds  atomic.Int64
-	commands   [numCommands]atomic.Int64
-	errors     [numErrorKinds]atomic.Int64
+	connected            atomic.Int64
+	totalConns           atomic.Int64
+	rejected             atomic.Int64
+	tlsHandshakeFailures atomic.Int64
+	totalCmds            atomic.Int64
+	commands             [numCommands]atomic.Int64
+	errors               [numErrorKinds]atomic.Int64
 }
 
 // Stats returns the protocol front's counters.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{
-		ConnectedClients:    s.n.connected.Load(),
-		TotalConnections:    s.n.totalConns.Load(),
-		RejectedConnections: s.n.rejected.Load(),
-		TotalCommands:       s.n.totalCmds.Load(),
-		Commands:            make([]int64, numCommands),
+		ConnectedClients:     s.n.connected.Load(),
+		TotalConnections:     s.n.totalConns.Load(),
+		RejectedConnections:  s.n.rejected.Load(),
+		TLSHandshakeFailures: s.n.tlsHandshakeFailures.Load(),
+		TotalCommands:        s.n.totalCmds.Load(),
+		Commands:             make([]int64, numCommands),
 	}
 	for i := range st.Commands {
 		st.Commands[i] = s.n.commands[i].Load()
