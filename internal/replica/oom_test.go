@@ -141,11 +141,16 @@ func testOutOfMemory(t *testing.T, capacity int) {
 			stored(), f.rep.Stats())
 	}
 
-	acquireAll(t, f.group, "b", n)
 	refused := f.rep.Stats().OOMRefusals
-	testkit.Eventually(t, 20*time.Second, "Redis to refuse writes again", func() bool {
-		return f.rep.Stats().OOMRefusals > refused
+	acquireAll(t, f.group, "b", n)
+	testkit.Eventually(t, 30*time.Second, "every put tried: stored, or refused and waiting", func() bool {
+		st := f.rep.Stats()
+		return st.OOMRefusals > refused && st.QueueDepth == st.OOMWaiting
 	})
+	st = f.rep.Stats()
+	if want := min(int64(capacity), n-stored()); st.OOMWaiting != want {
+		t.Fatalf("%d puts waiting, want %d (the refused ones, at most %d): %+v", st.OOMWaiting, want, capacity, st)
+	}
 	if err := f.client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
