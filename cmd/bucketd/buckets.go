@@ -40,10 +40,10 @@ func openBuckets(ctx context.Context, cfg config.Config, logger *slog.Logger) (*
 	if cfg.StoreMode() {
 		return openStore(ctx, cfg, logger)
 	}
-	return openMemory(cfg, logger)
+	return openMemory(ctx, cfg, logger)
 }
 
-func openMemory(cfg config.Config, logger *slog.Logger) (*buckets, error) {
+func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*buckets, error) {
 	groupCfg := shard.Config{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets}
 	if cfg.Replicate != "" {
 		groupCfg.TrackChanges = cfg.ReplicateQueue
@@ -52,7 +52,7 @@ func openMemory(cfg config.Config, logger *slog.Logger) (*buckets, error) {
 	b.limiter = resp.Memory(b.group)
 	if cfg.DataDir != "" {
 		b.keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: b.group, Logger: logger}
-		if err := b.keeper.Restore(cfg.IgnoreCorruptSnapshot); err != nil {
+		if err := b.keeper.Restore(ctx, cfg.IgnoreCorruptSnapshot); err != nil {
 			b.close()
 			return nil, err
 		}

@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/config"
@@ -146,21 +144,24 @@ func (d *daemon) warnIfExposed(addr net.Addr) {
 		"addr", addr.String())
 }
 
-// serve runs bucketd until ctx ends, then shuts it down in order. A
-// failure of the client listener ends it early with an error.
-func (d *daemon) serve(ctx context.Context) error {
+// serve runs bucketd until ctx ends, then shuts it down in order; hup
+// carries the SIGHUPs (nil: none). A failure of the client listener ends
+// it early with an error, and so does ctx ending before it serves (an
+// error wrapping ctx's): a signal during the start-up load.
+func (d *daemon) serve(ctx context.Context, hup <-chan os.Signal) error {
 	// A replicating bucketd takes its state back from Redis before it
 	// answers anyone, so a restart does not hand every client a fresh
 	// burst; /readyz says "not ready" meanwhile.
 	if d.b.rep != nil {
-		d.b.rep.LoadAtStart(ctx, replicateLoadBound)
+		if err := d.b.rep.LoadAtStart(ctx, replicateLoadBound); err != nil {
+			d.unlisten()
+			return err
+		}
 	}
-	// Registered until run returns: a SIGHUP after the reload loop has
-	// ended is dropped, never the default action, which ends the process.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
+	if err := ctx.Err(); err != nil { // a signal during the start: serve nothing
+		d.unlisten()
+		return fmt.Errorf("starting: %w", err)
+	}
 	serveErr := d.start(ctx, hup)
 	select {
 	case err := <-serveErr:
@@ -216,6 +217,15 @@ func (d *daemon) shutdown(serveErr <-chan error) {
 	d.b.finish(ctx)
 	d.stopMetrics(ctx)
 	d.logger.Info("stopped")
+}
+
+// unlisten closes what listen opened, for a start that ends before
+// serving.
+func (d *daemon) unlisten() {
+	d.ln.Close() //nolint:errcheck // nothing was served on it
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	d.stopMetrics(ctx)
 }
 
 // abort stops what start started after the client listener failed: no

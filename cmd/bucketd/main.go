@@ -9,6 +9,12 @@
 // or the Redis store), the protocol server and metrics (daemon.go), then
 // serving until a signal and shutting down in order (daemon.go). Every
 // goroutine run starts is awaited before run returns.
+//
+// Signals are caught from main's first statement: SIGINT and SIGTERM end
+// the start-up loads too (a clean exit, nothing served), and a SIGHUP that
+// arrives before bucketd serves is logged and applied once it does
+// (reload.go). No signal ever takes its default action, which for SIGHUP
+// ends the process.
 package main
 
 import (
@@ -20,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/bucketd/bucketd/internal/config"
@@ -37,9 +44,13 @@ var version = "dev"
 const gcFloor = 16 << 20
 
 func main() {
+	// First, before anything that can take time: SIGHUP is never
+	// unregistered, so one after the reload loop has ended is dropped.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	gcfloor.Set(gcFloor) // the process's GC setting: here, not in run, which tests call
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := runWithSIGHUP(ctx, hup, os.Args[1:], os.Getenv, os.Stderr)
 	stop()
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -50,10 +61,18 @@ func main() {
 	}
 }
 
-// run starts bucketd and serves until ctx is cancelled, then shuts down
-// gracefully (see daemon.shutdown). `bucketd healthcheck` instead asks a
-// running bucketd's /healthz.
+// run is bucketd without SIGHUP, as the tests in this package run it: a
+// signal reaches the whole test process, so none of them registers one.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	return runWithSIGHUP(ctx, nil, args, getenv, stderr)
+}
+
+// runWithSIGHUP starts bucketd and serves until ctx is cancelled, then
+// shuts down gracefully (see daemon.shutdown); hup carries the SIGHUPs
+// (nil: none), from the start (see startup). A ctx cancelled before
+// bucketd serves ends it cleanly, without serving. `bucketd healthcheck`
+// instead asks a running bucketd's /healthz.
+func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, getenv func(string) string, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:], getenv)
 	}
@@ -65,16 +84,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	level.Set(cfg.LogLevel)
 	logger := newLogger(cfg.LogFormat, level, stderr)
 	redis.SetLogger(redisLogger{logger}) // go-redis's own lines, in our format
+	rl := &reloader{current: cfg, file: cfg.File, level: level, logger: logger, getenv: getenv,
+		startup: watchStartup(ctx, hup, cfg.File, logger)}
+	defer rl.startup.end()
 	tlsConf, err := cfg.TLSConfig()
 	if err != nil {
 		return err
 	}
 	b, err := openBuckets(ctx, cfg, logger)
 	if err != nil {
-		return err
+		return startInterrupted(ctx, err, logger)
 	}
 	defer b.close()
-	rl := &reloader{current: cfg, file: cfg.File, level: level, logger: logger, getenv: getenv}
 	d, err := newDaemon(cfg, tlsConf, b, rl, logger)
 	if err != nil {
 		return err
@@ -82,7 +103,84 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := d.listen(); err != nil {
 		return err
 	}
-	return d.serve(ctx)
+	return startInterrupted(ctx, d.serve(ctx, hup), logger)
+}
+
+// startInterrupted turns the error of a start-up load that SIGINT or
+// SIGTERM cut short into a clean exit: the operator asked bucketd to stop,
+// and as it served nothing, nothing is lost; it also writes no snapshot
+// and no replication, which would hold a partial load.
+func startInterrupted(ctx context.Context, err error, logger *slog.Logger) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	logger.Info("start-up interrupted by a signal; exiting without serving", "during", err.Error())
+	return nil
+}
+
+// startup watches the signals while bucketd starts: loading a snapshot or
+// the state from Redis can take seconds or minutes.
+//
+// A SIGHUP is logged at once, and the reload it asks for is deferred, not
+// dropped, as the operator who edited the file expects it read: there is
+// no server to apply it to yet. end puts one SIGHUP back into hup for the
+// reload loop (onSIGHUP), which stands for any number of them. Without
+// --config the usual warning is logged instead.
+//
+// SIGINT or SIGTERM (ctx ending) is logged at once too, as the step under
+// way may take a moment to return; bucketd then exits without serving
+// (startInterrupted).
+type startup struct {
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+// watchStartup starts the watch; nil hup: a nil startup, which watches
+// nothing.
+func watchStartup(ctx context.Context, hup chan os.Signal, file string, logger *slog.Logger) *startup {
+	if hup == nil {
+		return nil
+	}
+	s := &startup{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		pending, cancelled := false, ctx.Done()
+		for {
+			select {
+			case <-s.stop:
+				if pending {
+					select {
+					case hup <- syscall.SIGHUP:
+					default: // one came meanwhile: it stands for this one
+					}
+				}
+				return
+			case <-cancelled:
+				cancelled = nil
+				logger.Info("signal during start-up: stopping; bucketd exits without serving")
+			case <-hup:
+				if file == "" {
+					logger.Warn("SIGHUP ignored: no --config file to reload")
+					continue
+				}
+				pending = true
+				logger.Info("SIGHUP during start-up: the configuration is reloaded once bucketd serves", "file", file)
+			}
+		}
+	}()
+	return s
+}
+
+// end stops the watch and waits for it; a held SIGHUP is then in hup. Safe
+// to call more than once, from several goroutines, and on nil.
+func (s *startup) end() {
+	if s == nil {
+		return
+	}
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+	})
 }
 
 func newLogger(format string, level *slog.LevelVar, w io.Writer) *slog.Logger {

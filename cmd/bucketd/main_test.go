@@ -113,21 +113,37 @@ func startPlainBinary(t *testing.T, args ...string) *process {
 
 func startExecutable(t *testing.T, exe string, args ...string) *process {
 	t.Helper()
+	p, found := launchExecutable(t, exe, args...)
+	select {
+	case m := <-found:
+		p.addr, p.port, p.metrics = m[1], m[2], m[3]
+	case err := <-p.exited:
+		t.Fatalf("bucketd exited before listening: %v\n%s", err, p.stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bucketd did not log its address:\n%s", p.stderr)
+	}
+	return p
+}
+
+// launchExecutable starts exe like startExecutable but does not wait: the
+// "listening" line's submatches arrive on found, once.
+func launchExecutable(t *testing.T, exe string, args ...string) (p *process, found <-chan []string) {
+	t.Helper()
 	cmd := exec.Command(exe, append([]string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, stderr: &logBuffer{}, exited: make(chan error, 1)}
-	found := make(chan []string, 1)
+	p = &process{cmd: cmd, stderr: &logBuffer{}, exited: make(chan error, 1)}
+	listening := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
 			p.stderr.WriteString(line + "\n")
 			if m := listenLine.FindStringSubmatch(line); m != nil {
-				found <- m
+				listening <- m
 			}
 		}
 	}()
@@ -142,15 +158,7 @@ func startExecutable(t *testing.T, exe string, args ...string) *process {
 			<-p.exited
 		}
 	})
-	select {
-	case m := <-found:
-		p.addr, p.port, p.metrics = m[1], m[2], m[3]
-	case err := <-p.exited:
-		t.Fatalf("bucketd exited before listening: %v\n%s", err, p.stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("bucketd did not log its address:\n%s", p.stderr)
-	}
-	return p
+	return p, listening
 }
 
 func (p *process) client(t *testing.T) *redis.Client {

@@ -22,6 +22,7 @@ type reloader struct {
 	level   *slog.LevelVar
 	logger  *slog.Logger
 	getenv  func(string) string
+	startup *startup // the signals of the start-up, ended by onSIGHUP; nil: none
 }
 
 func (r *reloader) reload() error {
@@ -42,8 +43,10 @@ func (r *reloader) reload() error {
 	return nil
 }
 
-// onSIGHUP reloads on each signal from hup until ctx ends.
+// onSIGHUP reloads on each signal from hup until ctx ends, starting with
+// one held during the start-up (see startup).
 func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
+	r.startup.end()
 	for {
 		select {
 		case <-ctx.Done():

@@ -2,9 +2,12 @@ package config
 
 import (
 	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -27,13 +30,18 @@ type fileValues struct {
 // maxPolicyValue bounds capacity and rate, as the bucket math requires.
 const maxPolicyValue = 1e15
 
+// MaxFileBytes is the largest config file bucketd reads (1 MiB): settings
+// and policies take a few kilobytes, and a bound keeps a wrong path (a
+// device such as /dev/zero, a log file) from filling the memory.
+const MaxFileBytes = 1 << 20
+
 // readFile reads and decodes the YAML config file at path, which came from
 // the source from ("--config" or "BUCKETD_CONFIG").
 func readFile(path, from string) (fileValues, error) {
 	var f fileValues
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, from)
 	if err != nil {
-		return f, fmt.Errorf("config file (from %s): %w: check the path", from, err)
+		return f, err
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -80,6 +88,60 @@ func readFile(path, from string) (fileValues, error) {
 		f.values = append(f.values, fileEntry{key: key, value: value, line: v.Line})
 	}
 	return f, nil
+}
+
+// readBounded reads the config file at path: a regular file of at most
+// MaxFileBytes. It opens without blocking, so a FIFO (which would wait for
+// a writer) is refused at once, and it checks the file it opened, not the
+// path, so a file swapped meanwhile is checked too; the read is bounded as
+// well, for a file that grows after the check.
+func readBounded(path, from string) ([]byte, error) {
+	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("config file (from %s): %w: check the path", from, err)
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config file %s (from %s): %w", path, from, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("config file %s (from %s) is not a regular file but a %s: give the path of a YAML file",
+			path, from, fileKind(fi.Mode()))
+	}
+	if fi.Size() > MaxFileBytes {
+		return nil, tooLarge(path, from, fmt.Sprint(fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(file, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config file %s (from %s): %w", path, from, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, tooLarge(path, from, fmt.Sprintf("more than %d", MaxFileBytes))
+	}
+	return data, nil
+}
+
+func tooLarge(path, from, size string) error {
+	return fmt.Errorf("config file %s (from %s) is %s bytes, over the limit of %d bytes (1 MiB): a config file holds settings and policies; check the path",
+		path, from, size, MaxFileBytes)
+}
+
+// fileKind names what a path that is not a regular file is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file"
 }
 
 // resolve follows a YAML alias to the node it names.

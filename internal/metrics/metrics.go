@@ -119,6 +119,7 @@ type collector struct {
 
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
+	replOOM                                    *prometheus.Desc
 }
 
 func newCollector(src Sources) (*collector, error) {
@@ -156,7 +157,8 @@ func newCollector(src Sources) (*collector, error) {
 		replLag:           desc("replication_lag_seconds", "Age of the oldest bucket change not yet written to Redis; 0 when none is waiting."),
 		replApplied:       desc("replication_applied_total", "Bucket changes written to Redis."),
 		replDropped:       desc("replication_dropped_total", "Bucket changes dropped because the replication queue was full."),
-		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating, plus buckets Redis refused because their key holds another type."),
+		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating, plus buckets Redis refused (their key holds another type, or Redis is out of memory)."),
+		replOOM:           desc("replication_oom_refusals_total", "Bucket writes Redis refused because it was out of memory (OOM at maxmemory); the states wait in bucketd and are retried."),
 	}, nil
 }
 
@@ -175,7 +177,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.src.Replication != nil {
 		for _, d := range []*prometheus.Desc{
 			c.replQueueDepth, c.replQueueCapacity, c.replLag,
-			c.replApplied, c.replDropped, c.replErrors,
+			c.replApplied, c.replDropped, c.replErrors, c.replOOM,
 		} {
 			ch <- d
 		}
@@ -230,5 +232,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.replApplied, float64(rs.Applied))
 		counter(c.replDropped, float64(rs.Dropped))
 		counter(c.replErrors, float64(rs.RedisErrors))
+		counter(c.replOOM, float64(rs.OOMRefusals))
 	}
 }

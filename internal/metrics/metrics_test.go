@@ -31,7 +31,7 @@ func fakeSources(replication bool) Sources {
 	}
 	if replication {
 		src.Replication = func() replica.Stats {
-			return replica.Stats{QueueDepth: 12, QueueCapacity: 4096, LagSeconds: 0.25, Applied: 900, Dropped: 1, RedisErrors: 2}
+			return replica.Stats{QueueDepth: 12, QueueCapacity: 4096, LagSeconds: 0.25, Applied: 900, Dropped: 1, RedisErrors: 2, OOMRefusals: 3, OOMWaiting: 3}
 		}
 	}
 	return src
@@ -105,6 +105,7 @@ var fixedNames = []string{
 	"bucketd_command_duration_seconds",
 	"bucketd_replication_queue_depth", "bucketd_replication_queue_capacity", "bucketd_replication_lag_seconds",
 	"bucketd_replication_applied_total", "bucketd_replication_dropped_total", "bucketd_replication_errors_total",
+	"bucketd_replication_oom_refusals_total",
 }
 
 // TestScrapeGolden scrapes a fresh registry fed by fixed numbers and
@@ -152,7 +153,7 @@ func TestScrapeGolden(t *testing.T) {
 			}
 			wantFamilies := 14 // 13 from the collector, plus the histogram
 			if tc.replication {
-				wantFamilies += 6
+				wantFamilies += 7
 			}
 			if len(families) != wantFamilies {
 				var names []string

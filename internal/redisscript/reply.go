@@ -87,7 +87,14 @@ const (
 	// Invalid: the script refused an argument ("ERR invalid …"). Sending
 	// the call again cannot help; it would be a bucketd bug.
 	Invalid
-	// Reply: any other error reply (OOM, READONLY, a script error).
+	// OOM: Redis is at its maxmemory and refused a write that needs
+	// memory ("OOM command not allowed …", under the noeviction policy or
+	// when nothing is left to evict). The script ran none of its writes: it
+	// is refused at its first one. Redis never refuses a DEL this way, so a
+	// script call that only deletes still runs; sending a put again helps
+	// once Redis has room.
+	OOM
+	// Reply: any other error reply (READONLY, MISCONF, a script error).
 	Reply
 	// Transport: no reply at all: a timeout, a broken connection, the
 	// context ending. Redis may or may not have run the command.
@@ -111,6 +118,10 @@ func Classify(err error) Class {
 		return WrongType
 	case strings.HasPrefix(re.Error(), "ERR invalid "):
 		return Invalid
+	case redis.HasErrorPrefix(re, "OOM") || strings.Contains(re.Error(), ": -OOM "):
+		// Redis 7 passes a script's error on with its code; Redis 6 wraps
+		// it: "ERR Error running script (…): @user_script:180: -OOM …".
+		return OOM
 	}
 	return Reply
 }

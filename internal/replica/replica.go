@@ -15,6 +15,12 @@
 // the shards keep deciding and keep coalescing; changes beyond the tracking
 // capacity are dropped and counted, and once Redis answers again the
 // Replicator re-sends the whole live state so the copy converges.
+//
+// A Redis at its maxmemory (noeviction) refuses puts with OOM but never a
+// DEL, which frees memory: deletions are written in script calls of their
+// own, ahead of the puts, so they always go through; a refused put waits
+// in the Replicator (bounded, superseded by a newer change of its key) and
+// is retried with backoff, while everything else flows.
 package replica
 
 import (
@@ -62,8 +68,10 @@ type Stats struct {
 	LagSeconds    float64 // age of the oldest unwritten change (0 when none)
 	Applied       int64   // states and deletions written to Redis
 	Dropped       int64   // changes not tracked because the capacity was full
-	RedisErrors   int64   // failed pipelines
+	RedisErrors   int64   // failed pipelines, plus buckets Redis refused
 	Resyncs       int64   // full re-sends after drops
+	OOMRefusals   int64   // bucket writes Redis refused at its maxmemory (OOM)
+	OOMWaiting    int64   // of QueueDepth: puts refused with OOM, waiting for room in Redis
 }
 
 // Replicator runs the copy. Run it with Run; Flush at shutdown.
@@ -74,6 +82,8 @@ type Replicator struct {
 	retry   []shard.Change // a failed batch, written first next time
 	scratch []shard.Change
 	batch   redisscript.Batch // the script calls of write
+	sent    []int32           // of send: the index in changes of each call of batch
+	oomWait                   // puts Redis refused for lack of memory
 
 	applied   atomic.Int64
 	errs      atomic.Int64
@@ -121,6 +131,7 @@ func New(cfg Config) (*Replicator, error) {
 		cfg.RestartCheck = 5 * time.Second
 	}
 	r := &Replicator{cfg: cfg}
+	r.waitCap = max(cfg.Capacity, cfg.Batch)
 	r.lastClean.Store(time.Now().UnixNano())
 	return r, nil
 }
@@ -143,7 +154,7 @@ func (r *Replicator) Run(ctx context.Context) {
 				r.cfg.Logger.Info("loaded bucket state from Redis after all; keys decided meanwhile kept their state", "buckets", n)
 			}
 		}
-		err := r.Flush(ctx)
+		err := r.flush(ctx, false)
 		switch {
 		case err == nil:
 			backoff = 0
@@ -156,9 +167,26 @@ func (r *Replicator) Run(ctx context.Context) {
 	}
 }
 
-// Flush writes every change collected so far (and a pending retry). It
-// returns the first Redis error; what could not be written stays queued.
+// Flush writes every change collected so far (and a pending retry, and
+// the puts that wait for memory in Redis). It returns the first Redis
+// error, or one wrapping ErrRedisOOM when puts still wait; what could not
+// be written stays queued.
 func (r *Replicator) Flush(ctx context.Context) error {
+	if err := r.flush(ctx, true); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.waiting); n > 0 || r.waitLost {
+		return fmt.Errorf("%w: %d bucket states wait for room there", ErrRedisOOM, n)
+	}
+	return nil
+}
+
+// flush is Flush for Run, which retries the puts waiting for memory in
+// Redis only when their backoff is over (all, with all), and does not
+// count them as a failure: the rest of the copy goes on.
+func (r *Replicator) flush(ctx context.Context, all bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer func() { r.retrying.Store(int64(len(r.retry))) }()
@@ -166,6 +194,9 @@ func (r *Replicator) Flush(ctx context.Context) error {
 		return r.failed(err)
 	}
 	if err := r.writeChanges(ctx); err != nil {
+		return err
+	}
+	if err := r.retryWaiting(ctx, all); err != nil {
 		return err
 	}
 	r.recovered()
@@ -185,7 +216,9 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	if err := r.resyncAfterDrops(ctx); err != nil {
 		return err
 	}
-	r.lastClean.Store(time.Now().UnixNano())
+	if len(r.waiting) == 0 && !r.waitLost {
+		r.lastClean.Store(time.Now().UnixNano())
+	}
 	return nil
 }
 
@@ -228,6 +261,7 @@ func (r *Replicator) writeChanges(ctx context.Context) error {
 			if len(changes) == 0 {
 				break
 			}
+			r.supersede(changes)
 			if err := r.write(ctx, changes); err != nil {
 				r.retry = append(r.retry[:0], changes...)
 				r.writeFailed(err)
@@ -253,7 +287,7 @@ func (r *Replicator) checkRestart(ctx context.Context) error {
 	if r.runID != "" && id != r.runID {
 		r.resyncs.Add(1)
 		r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
-		if err := r.cfg.Group.TrackAll(); err != nil {
+		if err := r.trackAll(); err != nil {
 			return err
 		}
 	}
@@ -272,7 +306,7 @@ func (r *Replicator) resyncAfterDrops(ctx context.Context) error {
 	r.droppedAt = dropped
 	r.resyncs.Add(1)
 	r.cfg.Logger.Warn("replication dropped changes while Redis was behind; re-sending the whole state", "dropped_total", dropped)
-	if err := r.cfg.Group.TrackAll(); err != nil {
+	if err := r.trackAll(); err != nil {
 		return err
 	}
 	// Dropped deletions cannot be re-sent from the live state: remove
@@ -301,45 +335,78 @@ func runID(ctx context.Context, c redis.UniversalClient) (string, error) {
 	return "", errors.New("replica: INFO server has no run_id")
 }
 
-// write sends one pipeline of puts and deletions, several buckets per
-// script call on a standalone Redis (redisscript.KeysPerCall). Both are
-// idempotent (the script keeps the newer of two states), so a batch that
-// failed half way is simply written again. A bucket Redis refuses by itself
-// (its key holds another type, or the script rejects an argument) is
-// counted and logged but not retried: it would fail again. Anything else
-// (OOM, READONLY, timeouts) fails the write, which is then retried.
+// write sends the deletions of changes, then the puts, in one pipeline
+// each, several buckets per script call on a standalone Redis
+// (redisscript.KeysPerCall). Both are idempotent (the script keeps the
+// newer of two states), so a batch that failed half way is simply written
+// again. A bucket Redis refuses by itself (its key holds another type, or
+// the script rejects an argument) is counted and logged but not retried:
+// it would fail again. A put refused for lack of memory (OOM) waits for
+// room (see oomWait). Anything else (READONLY, timeouts) fails the write,
+// which is then retried.
+//
+// The deletions go first and in script calls of their own because Redis
+// at maxmemory refuses a script at its first write that needs memory, and
+// never a DEL: a call of deletions only always runs, and frees memory.
 func (r *Replicator) write(ctx context.Context, changes []shard.Change) error {
 	r.inflight.Store(int64(len(changes)))
 	defer r.inflight.Store(0)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	if err := r.send(ctx, changes, true); err != nil {
+		return err
+	}
+	return r.send(ctx, changes, false)
+}
+
+// send writes the deletions of changes (or, with deletions false, the
+// puts) in one pipeline and sorts out the replies, as write says.
+func (r *Replicator) send(ctx context.Context, changes []shard.Change, deletions bool) error {
 	b := &r.batch
 	b.Reset(r.cfg.Prefix)
+	r.sent = r.sent[:0]
 	for i := range changes {
 		c := &changes[i]
-		if c.Deleted {
+		switch {
+		case c.Deleted != deletions:
+			continue
+		case c.Deleted:
 			b.AddString(c.Key, redisscript.Call{Op: redisscript.Del, At: c.At})
-		} else {
+		default:
 			b.AddString(c.Key, redisscript.Call{Op: redisscript.Put, Limit: c.Limit, State: c.State})
 		}
+		r.sent = append(r.sent, int32(i))
+	}
+	if len(r.sent) == 0 {
+		return nil
 	}
 	b.Build(ctx, redisscript.KeysPerCall(r.cfg.Client))
 	b.Send(ctx, r.cfg.Client)
-	refused := 0
-	var refusal error
-	for i := range changes {
-		switch _, err := b.Reply(i); redisscript.Classify(err) {
+	refused, oom := 0, 0
+	var refusal, oomErr error
+	for j := range r.sent {
+		switch _, err := b.Reply(j); redisscript.Classify(err) {
 		case redisscript.None:
 		case redisscript.WrongType, redisscript.Invalid:
 			refused, refusal = refused+1, err
+		case redisscript.OOM:
+			oom, oomErr = oom+1, err
 		default:
 			return fmt.Errorf("replica: %w", err)
 		}
 	}
+	if oom > 0 {
+		for j, i := range r.sent {
+			if _, err := b.Reply(j); redisscript.Classify(err) == redisscript.OOM {
+				r.wait(changes[i])
+			}
+		}
+		r.outOfMemory(oom, oomErr)
+	}
 	if refused > 0 {
 		r.refusedBuckets(refused, refusal)
 	}
-	r.applied.Add(int64(len(changes) - refused))
+	r.applied.Add(int64(len(r.sent) - refused - oom))
 	return nil
 }
 
@@ -388,7 +455,8 @@ func (r *Replicator) recovered() {
 // Stats returns the replication figures.
 func (r *Replicator) Stats() Stats {
 	st := r.cfg.Group.Stats()
-	depth := st.ChangesPending + r.retrying.Load() + r.inflight.Load()
+	waiting := r.waitCount.Load()
+	depth := st.ChangesPending + r.retrying.Load() + r.inflight.Load() + waiting
 	lag := 0.0
 	if depth > 0 {
 		lag = time.Since(time.Unix(0, r.lastClean.Load())).Seconds()
@@ -401,6 +469,8 @@ func (r *Replicator) Stats() Stats {
 		Dropped:       st.ChangesDropped,
 		RedisErrors:   r.errs.Load(),
 		Resyncs:       r.resyncs.Load(),
+		OOMRefusals:   r.oom.Load(),
+		OOMWaiting:    waiting,
 	}
 }
 
@@ -417,6 +487,8 @@ func (r *Replicator) Info() info.Section {
 		info.Int("replicate_dropped_total", st.Dropped),
 		info.Int("replicate_errors_total", st.RedisErrors),
 		info.Int("replicate_resyncs_total", st.Resyncs),
+		info.Int("replicate_oom_refusals_total", st.OOMRefusals),
+		info.Int("replicate_oom_waiting", st.OOMWaiting),
 	}}
 }
 

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,18 +36,38 @@ func Dial(url string, cfg Config) (*Replicator, error) {
 // a fresh burst, but wait at most bound (or until ctx ends). When the load
 // fails, bucketd serves anyway (keys not loaded start full) and Run retries
 // the load in the background (LoadLater). It logs the outcome.
-func (r *Replicator) LoadAtStart(ctx context.Context, bound time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, bound)
+//
+// When ctx ends first (SIGINT or SIGTERM during the start) it abandons the
+// load at once and returns an error wrapping ctx's; the Replicator must
+// not be used after that. It closes the client to do so: go-redis ends a
+// read that waits for Redis at its deadline, not when the context is
+// cancelled.
+func (r *Replicator) LoadAtStart(ctx context.Context, bound time.Duration) error {
+	loadCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(closed)
+		r.cfg.Client.Close() //nolint:errcheck // abandoning the load; its error says enough
+	})
+	defer func() {
+		if !stop() {
+			<-closed
+		}
+	}()
 	start := time.Now()
-	n, err := r.Load(ctx)
-	if err != nil {
+	n, err := r.Load(loadCtx)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("loading bucket state from Redis: %w", ctx.Err())
+	case err != nil:
 		r.cfg.Logger.Error("could not load bucket state from Redis; serving anyway (keys not loaded start full) and retrying the load in the background",
 			"loaded", n, "err", err)
 		r.LoadLater()
-		return
+	default:
+		r.cfg.Logger.Info("loaded bucket state from Redis", "buckets", n, "took", time.Since(start).Round(time.Millisecond))
 	}
-	r.cfg.Logger.Info("loaded bucket state from Redis", "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // FlushAtExit is the shutdown step: write the last changes to Redis within

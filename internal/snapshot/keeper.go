@@ -51,14 +51,18 @@ const restoreChunk = 4096
 // A corrupt or truncated snapshot stops the start with an error, because
 // starting empty would hand every client a fresh burst, unless
 // ignoreCorrupt (--ignore-corrupt-snapshot) says to start empty; the next
-// snapshot then overwrites the file.
-func (k *Keeper) Restore(ignoreCorrupt bool) error {
+// snapshot then overwrites the file. When ctx ends first (a signal during
+// the start) it stops loading and returns an error wrapping ctx's: the
+// shards then hold part of the snapshot, and must not be served or saved.
+func (k *Keeper) Restore(ctx context.Context, ignoreCorrupt bool) error {
 	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	start := time.Now()
-	n, err := k.Load()
+	n, err := k.Load(ctx)
 	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("loading the snapshot %s: %w", k.Path(), ctx.Err())
 	case errors.Is(err, os.ErrNotExist):
 		k.logger().Info("no snapshot yet; starting with no buckets", "path", k.Path())
 	case errors.Is(err, ErrCorrupt) && ignoreCorrupt:
@@ -75,10 +79,14 @@ func (k *Keeper) Restore(ignoreCorrupt bool) error {
 // have refilled during the downtime (they would be full, which is the same
 // as absent). It returns how many buckets it stored. A missing file is an
 // error for which errors.Is(err, os.ErrNotExist) holds; a corrupt one wraps
-// ErrCorrupt, and nothing of it is loaded.
-func (k *Keeper) Load() (loaded int, err error) {
+// ErrCorrupt, and nothing of it is loaded. Once ctx ends it hands the
+// shards nothing more and returns ctx's error.
+func (k *Keeper) Load(ctx context.Context) (loaded int, err error) {
 	chunk := make([]shard.Record, 0, restoreChunk)
 	flush := func() {
+		if err == nil {
+			err = ctx.Err()
+		}
 		if len(chunk) > 0 && err == nil {
 			var n int
 			n, err = k.Group.Restore(chunk)
@@ -87,6 +95,9 @@ func (k *Keeper) Load() (loaded int, err error) {
 		}
 	}
 	_, _, rerr := Read(k.Path(), func(r shard.Record) {
+		if err != nil {
+			return // stopped: the rest of the file is only read through
+		}
 		if chunk = append(chunk, r); len(chunk) == restoreChunk {
 			flush()
 		}

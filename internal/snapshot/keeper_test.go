@@ -157,7 +157,7 @@ func TestRestorePolicy(t *testing.T) {
 	t.Run("no directory yet", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "new", "data")
 		k, log := newKeeper(t, dir)
-		if err := k.Restore(false); err != nil {
+		if err := k.Restore(context.Background(), false); err != nil {
 			t.Fatal(err)
 		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
@@ -173,7 +173,7 @@ func TestRestorePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		k, _ := newKeeper(t, file)
-		if err := k.Restore(false); err == nil || !strings.HasPrefix(err.Error(), "--data-dir: ") {
+		if err := k.Restore(context.Background(), false); err == nil || !strings.HasPrefix(err.Error(), "--data-dir: ") {
 			t.Fatalf("Restore: %v", err)
 		}
 	})
@@ -185,7 +185,7 @@ func TestRestorePolicy(t *testing.T) {
 		}
 		k.Final()
 		k2, log := newKeeper(t, dir)
-		if err := k2.Restore(false); err != nil {
+		if err := k2.Restore(context.Background(), false); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(log.String(), `msg="loaded snapshot"`) || !strings.Contains(log.String(), "buckets=2") {
@@ -200,7 +200,7 @@ func TestRestorePolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			k, log := newKeeper(t, dir)
-			err := k.Restore(ignore)
+			err := k.Restore(context.Background(), ignore)
 			if ignore {
 				if err != nil || !strings.Contains(log.String(), "level=WARN msg=\"snapshot is corrupt; starting with no buckets as --ignore-corrupt-snapshot says") {
 					t.Fatalf("Restore: %v\n%s", err, log)
