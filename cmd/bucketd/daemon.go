@@ -183,7 +183,6 @@ func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
 	if d.b.keeper != nil {
 		d.bg.run(func(ctx context.Context) { d.b.keeper.Run(ctx, d.cfg.SnapshotInterval) })
 	}
-	d.bg.run(func(ctx context.Context) { d.rl.onSIGHUP(ctx, hup) })
 	serveErr := make(chan error, 1)
 	d.bg.run(func(context.Context) { serveErr <- d.srv.Serve(d.ln) }) // ends with Shutdown
 	d.ready.Store(true)
@@ -193,6 +192,9 @@ func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
 		attrs = append(attrs, "metrics", d.metrics.Addr().String())
 	}
 	d.logger.Info("listening", attrs...)
+	// After "listening": a SIGHUP deferred during start-up is applied now,
+	// and its reload must not be logged as if it came before serving.
+	d.bg.run(func(ctx context.Context) { d.rl.onSIGHUP(ctx, hup) })
 	return serveErr
 }
 
