@@ -24,19 +24,22 @@ func FuzzCommandArgs(f *testing.F) {
 		if len(args[0]) == 0 {
 			return // redcon never hands the handler a command without arguments
 		}
-		srv, c := newBenchServer(t)
-		srv.handle(c, redcon.Command{Args: args})
-		if len(c.sess.caller.(*inlineCaller).ops) != 0 {
-			t.Fatalf("ops left queued after the reply")
-		}
-		n, ok := replyLen(c.out)
-		if !ok || n != len(c.out) {
-			t.Fatalf("%q: reply %q is not exactly one RESP value", args, c.out)
+		for _, resp3 := range []bool{false, true} {
+			srv, c := newBenchServer(t)
+			c.sess.resp3 = resp3
+			srv.handle(c, redcon.Command{Args: args})
+			if len(c.sess.caller.(*inlineCaller).ops) != 0 {
+				t.Fatalf("ops left queued after the reply")
+			}
+			n, ok := replyLen(c.out)
+			if !ok || n != len(c.out) {
+				t.Fatalf("%q (RESP3 %v): reply %q is not exactly one RESP value", args, resp3, c.out)
+			}
 		}
 	})
 }
 
-// replyLen returns the length of the first RESP2 value in b.
+// replyLen returns the length of the first RESP2 or RESP3 value in b.
 func replyLen(b []byte) (int, bool) {
 	if len(b) == 0 {
 		return 0, false
@@ -50,9 +53,9 @@ func replyLen(b []byte) (int, bool) {
 		return 0, false
 	}
 	switch b[0] {
-	case '+', '-', ':':
+	case '+', '-', ':', '_', ',':
 		return nl + 2, true
-	case '$':
+	case '$', '=':
 		n, ok := parseHeaderInt(line)
 		if !ok || n < -1 {
 			return 0, false
@@ -65,10 +68,13 @@ func replyLen(b []byte) (int, bool) {
 			return 0, false
 		}
 		return end, true
-	case '*':
+	case '*', '~', '%', '>':
 		n, ok := parseHeaderInt(line)
 		if !ok || n < -1 {
 			return 0, false
+		}
+		if b[0] == '%' {
+			n *= 2 // a map counts pairs
 		}
 		pos := nl + 2
 		for range n {

@@ -240,6 +240,7 @@ type session struct {
 	authed bool
 	tally  tally
 	keys   []byte // prefixed keys of this pipeline's policy commands
+	wire          // RESP version and client-side caching (reply.go)
 }
 
 func (s *Server) accept(c redcon.Conn) bool {
