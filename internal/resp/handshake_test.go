@@ -247,3 +247,56 @@ func TestHandshakeValkeyGlide(t *testing.T) {
 		})
 	}
 }
+
+// TestHelloForms: every form of HELLO, as Redis 7.2 answers it. The
+// protocol is the connection's own: HELLO 3 switches, HELLO 2 switches
+// back, HELLO alone answers in the protocol in use, and a failing HELLO
+// changes nothing.
+func TestHelloForms(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dial3(t, ts.Addr)
+	other := dial3(t, ts.Addr)
+	noProto := "-NOPROTO unsupported protocol version\r\n"
+	notInt := "-ERR Protocol version is not an integer or out of range\r\n"
+	runSteps(t, c,
+		st(w(hello2), "HELLO"),
+		st(w("$-1\r\n"), "CLIENT", "GETNAME"),
+		st(w(hello3), "HELLO", "3"),
+		st(w("_\r\n"), "CLIENT", "GETNAME"),
+		st(w(hello3), "HELLO"),
+		st(w(noProto), "HELLO", "4"),
+		st(w(noProto), "HELLO", "1"),
+		st(w(noProto), "HELLO", "0"),
+		st(w(noProto), "HELLO", "-1"),
+		st(w(notInt), "HELLO", "three"),
+		st(w(notInt), "HELLO", "99999999999999999999"),
+		st(w("-ERR Syntax error in HELLO option 'SETNAME'\r\n"), "HELLO", "2", "SETNAME"),
+		st(w("-ERR Syntax error in HELLO option 'AUTH'\r\n"), "HELLO", "2", "AUTH", "default"),
+		st(w("-"+errWrongPass+"\r\n"), "HELLO", "2", "AUTH", "bob", "x"),
+		st(w(hello3), "HELLO"), // still RESP3 after the failures
+		st(w(hello3), "HELLO", "3", "AUTH", "default", "anything", "SETNAME", "app"),
+		st(w("$3\r\napp\r\n"), "CLIENT", "GETNAME"),
+		st(w(hello2), "HELLO", "2"),
+		st(w("*4\r\n$4\r\nsave\r\n$0\r\n\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"), "CONFIG", "GET", "save", "appendonly"),
+		st(w(hello3), "hello", "3"),
+		st(w("%2\r\n$4\r\nsave\r\n$0\r\n\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"), "CONFIG", "GET", "save", "appendonly"),
+	)
+	// Another connection still speaks RESP2.
+	runSteps(t, other, st(w(hello2), "HELLO"), st(w("$-1\r\n"), "CLIENT", "GETNAME"))
+
+	// With a password: HELLO without AUTH is refused until the connection
+	// has authenticated; HELLO 3 AUTH authenticates and switches at once.
+	ts = startServer(t, func(cfg *resp.Config) { cfg.RequirePass = "pw" })
+	c = dial3(t, ts.Addr)
+	noAuth := "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"
+	runSteps(t, c,
+		st(w(noAuth), "HELLO", "3"),
+		st(w(noAuth), "HELLO"),
+		st(w(noAuth), "HELLO", "3", "SETNAME", "app"),
+		st(w("-"+errWrongPass+"\r\n"), "HELLO", "3", "AUTH", "default", "wrong"),
+		st(w("-NOAUTH Authentication required.\r\n"), "CLIENT", "GETNAME"),
+		st(w(hello3), "HELLO", "3", "AUTH", "default", "pw"),
+		st(w(":1\r\n"), "TB.ACQUIRE", "k", "10", "1"),
+		st(w(hello2), "HELLO", "2"),
+	)
+}
