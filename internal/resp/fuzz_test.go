@@ -8,8 +8,10 @@ import (
 )
 
 // FuzzCommandArgs sends arbitrary argument lists through the command
-// handler: it must never panic, must write exactly one well-formed reply per
-// command, and must queue bucket operations only for valid commands.
+// handler, in RESP2, in RESP3 and in RESP3 with tracking on: it must never
+// panic, must write exactly one well-formed reply per command (followed, with
+// tracking, by at most one invalidation push), and must queue bucket
+// operations only for valid commands.
 func FuzzCommandArgs(f *testing.F) {
 	for _, s := range []string{
 		"TB.ACQUIRE\x00k\x0010\x001", "tb.acquire\x00k\x0010\x001\x002\x00withinfo", "TB.PEEK\x00k\x001e3\x00.5",
@@ -24,16 +26,20 @@ func FuzzCommandArgs(f *testing.F) {
 		if len(args[0]) == 0 {
 			return // redcon never hands the handler a command without arguments
 		}
-		for _, resp3 := range []bool{false, true} {
+		for _, conn := range []struct{ resp3, tracking bool }{{false, false}, {true, false}, {true, true}} {
 			srv, c := newBenchServer(t)
-			c.sess.resp3 = resp3
+			c.sess.resp3, c.sess.tracking.on = conn.resp3, conn.tracking
 			srv.handle(c, redcon.Command{Args: args})
 			if len(c.sess.caller.(*inlineCaller).ops) != 0 {
 				t.Fatalf("ops left queued after the reply")
 			}
 			n, ok := replyLen(c.out)
-			if !ok || n != len(c.out) {
-				t.Fatalf("%q (RESP3 %v): reply %q is not exactly one RESP value", args, resp3, c.out)
+			if ok && n < len(c.out) && conn.tracking && c.out[n] == '>' { // an invalidation after the reply
+				m, pushOK := replyLen(c.out[n:])
+				n, ok = n+m, pushOK
+			}
+			if !ok || n != len(c.out) || c.out[0] == '>' {
+				t.Fatalf("%q (%+v): reply %q is not exactly one RESP value (and an invalidation)", args, conn, c.out)
 			}
 		}
 	})
