@@ -305,6 +305,8 @@ func (t *tracking) matchesPrefix(key []byte) bool {
 // writeInvalidation takes the next queued invalidation and, if send (the
 // reply carried a value, not an error), writes it:
 // >2 $10 invalidate *n $len key ...
+// It must follow a whole top-level reply: a reply nested in another (an
+// element of EXEC's array) gets its invalidation after the outer reply.
 func (sess *session) writeInvalidation(c redcon.Conn, send bool) {
 	t := &sess.tracking
 	n := t.pendingCounts[t.nextCount]
