@@ -27,8 +27,8 @@ func main() {
 		addr = "127.0.0.1:6380"
 	}
 	ctx := context.Background()
-	// bucketd speaks RESP2; Protocol: 2 skips go-redis's HELLO 3 attempt.
-	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	// Default options: bucketd speaks RESP2 and RESP3, as Redis does.
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 
 	// A key of its own per run, so runs don't share a bucket.

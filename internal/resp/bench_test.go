@@ -52,6 +52,7 @@ func (c *bufConn) WriteString(s string)     { c.out = redcon.AppendString(c.out,
 func (c *bufConn) WriteBulk(b []byte)       { c.out = redcon.AppendBulk(c.out, b) }
 func (c *bufConn) WriteBulkString(s string) { c.out = redcon.AppendBulkString(c.out, s) }
 func (c *bufConn) WriteNull()               { c.out = redcon.AppendNull(c.out) }
+func (c *bufConn) WriteRaw(b []byte)        { c.out = append(c.out, b...) }
 func (c *bufConn) Context() any             { return c.sess }
 func (c *bufConn) Close() error             { return nil }
 func (c *bufConn) ReadPipeline() []redcon.Command {
@@ -79,12 +80,11 @@ func command(args ...string) redcon.Command {
 	return cmd
 }
 
-// BenchmarkRESPParseAndReplyAcquire measures what bucketd adds per
-// TB.ACQUIRE on top of redcon: command lookup, argument parsing, planning and
-// writing the reply. The bucket math runs inline; no shard hop, no network.
-func BenchmarkRESPParseAndReplyAcquire(b *testing.B) {
+// benchHandle runs cmd through the handler b.N times on a connection that
+// speaks RESP3 if resp3 is set (as after HELLO 3), RESP2 otherwise.
+func benchHandle(b *testing.B, resp3 bool, cmd redcon.Command) {
 	srv, c := newBenchServer(b)
-	cmd := command("TB.ACQUIRE", "user:12345", "100", "10", "1")
+	c.sess.resp3 = resp3
 	b.ReportAllocs()
 	for b.Loop() {
 		c.out = c.out[:0]
@@ -92,16 +92,28 @@ func BenchmarkRESPParseAndReplyAcquire(b *testing.B) {
 	}
 }
 
+// BenchmarkRESPParseAndReplyAcquire measures what bucketd adds per
+// TB.ACQUIRE on top of redcon: command lookup, argument parsing, planning and
+// writing the reply. The bucket math runs inline; no shard hop, no network.
+func BenchmarkRESPParseAndReplyAcquire(b *testing.B) {
+	benchHandle(b, false, command("TB.ACQUIRE", "user:12345", "100", "10", "1"))
+}
+
+// BenchmarkRESPParseAndReplyAcquireRESP3 is the same on a RESP3 connection.
+func BenchmarkRESPParseAndReplyAcquireRESP3(b *testing.B) {
+	benchHandle(b, true, command("TB.ACQUIRE", "user:12345", "100", "10", "1"))
+}
+
 // BenchmarkRESPParseAndReplyAcquireWithInfo is the same with fractional
 // numbers (strconv path) and the four-integer WITHINFO reply.
 func BenchmarkRESPParseAndReplyAcquireWithInfo(b *testing.B) {
-	srv, c := newBenchServer(b)
-	cmd := command("tb.acquire", "user:12345", "100.5", "0.25", "1.5", "withinfo")
-	b.ReportAllocs()
-	for b.Loop() {
-		c.out = c.out[:0]
-		srv.handle(c, cmd)
-	}
+	benchHandle(b, false, command("tb.acquire", "user:12345", "100.5", "0.25", "1.5", "withinfo"))
+}
+
+// BenchmarkRESPParseAndReplyAcquireWithInfoRESP3 is the same on a RESP3
+// connection.
+func BenchmarkRESPParseAndReplyAcquireWithInfoRESP3(b *testing.B) {
+	benchHandle(b, true, command("tb.acquire", "user:12345", "100.5", "0.25", "1.5", "withinfo"))
 }
 
 // BenchmarkRedconReadCommand is the baseline: what redcon's own reader
@@ -123,20 +135,39 @@ type repeatReader struct{ chunk []byte }
 
 func (r *repeatReader) Read(p []byte) (int, error) { return copy(p, r.chunk), nil }
 
+// TestParseAndReplyAllocateNothing: the bucket commands cost no allocation
+// in steady state, in RESP2 and RESP3, and with CLIENT TRACKING on (the
+// invalidation that follows each reply reuses the session's buffers), as do
+// the RESP3 replies that go through the scratch buffer.
 func TestParseAndReplyAllocateNothing(t *testing.T) {
-	srv, c := newBenchServer(t)
-	for _, cmd := range []redcon.Command{
-		command("TB.ACQUIRE", "user:1", "100", "10", "1"),
-		command("tb.acquire", "user:1", "100.5", "0.25", "1.5", "withinfo"),
-		command("TB.PEEK", "user:1", "100", "10"),
-		command("TB.ACQUIRE", "user:1", "nan", "10"), // an error reply is a constant
-	} {
-		allocs := testing.AllocsPerRun(1000, func() {
-			c.out = c.out[:0]
-			srv.handle(c, cmd)
-		})
-		if allocs != 0 {
-			t.Errorf("%s: %v allocations per command, want 0", bytes.Join(cmd.Args, []byte(" ")), allocs)
+	for _, conn := range []struct {
+		name     string
+		resp3    bool
+		tracking bool
+	}{{"RESP2", false, false}, {"RESP3", true, false}, {"RESP3 tracking", true, true}} {
+		srv, c := newBenchServer(t)
+		c.sess.resp3 = conn.resp3
+		c.sess.tracking.on = conn.tracking
+		for _, cmd := range []redcon.Command{
+			command("TB.ACQUIRE", "user:1", "100", "10", "1"),
+			command("tb.acquire", "user:1", "100.5", "0.25", "1.5", "withinfo"),
+			command("TB.PEEK", "user:1", "100", "10"),
+			command("TB.ACQUIRE", "user:1", "nan", "10"), // an error reply is a constant
+			command("CLIENT", "GETNAME"),
+			command("CLIENT", "TRACKINGINFO"),
+			command("COMMAND", "DOCS"),
+		} {
+			allocs := testing.AllocsPerRun(1000, func() {
+				c.out = c.out[:0]
+				srv.handle(c, cmd)
+			})
+			if allocs != 0 {
+				t.Errorf("%s: %s: %v allocations per command, want 0", conn.name, bytes.Join(cmd.Args, []byte(" ")), allocs)
+			}
+			pushed := bytes.Contains(c.out, []byte(">2\r\n$10\r\ninvalidate\r\n"))
+			if want := conn.tracking && cmd.Args[0][0]|0x20 == 't' && !bytes.Equal(cmd.Args[2], []byte("nan")); pushed != want {
+				t.Errorf("%s: %s: reply %q, want an invalidation: %v", conn.name, bytes.Join(cmd.Args, []byte(" ")), c.out, want)
+			}
 		}
 	}
 }

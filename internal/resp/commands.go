@@ -53,25 +53,29 @@ func (s *Server) cmdDBSize(c redcon.Conn, sess *session, args [][]byte) *errorRe
 	return nil
 }
 
+// cmdInfo answers INFO as Redis 7 does: a verbatim string in RESP3, a bulk
+// string in RESP2.
 func (s *Server) cmdInfo(c redcon.Conn, sess *session, args [][]byte) *errorReply {
-	c.WriteBulk(s.info(args[1:]))
+	sess.writeVerbatim(c, s.info(args[1:]))
 	return nil
 }
 
-// cmdHello answers HELLO [protover [AUTH user pass] [SETNAME name]] for
-// RESP2. RESP3 is not implemented, so HELLO 3 gets -NOPROTO and clients
-// such as go-redis fall back to RESP2.
+// cmdHello answers HELLO [protover [AUTH user pass] [SETNAME name]]:
+// protover 2 or 3 switches the connection to RESP2 or RESP3 (other numbers
+// get -NOPROTO), and the reply is written in the protocol now in use.
+// Without protover the protocol stays as it was.
 func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) *errorReply {
 	var opts [][]byte
+	var version int64
 	if len(args) >= 2 {
 		v, ok := parseInt(args[1])
 		if !ok {
 			return errProtoVersion
 		}
-		if v != 2 {
+		if v != 2 && v != 3 {
 			return errNoProto
 		}
-		opts = args[2:]
+		version, opts = v, args[2:]
 	}
 	name, authed, e := s.helloOptions(opts, sess.authed)
 	if e != nil {
@@ -83,6 +87,9 @@ func (s *Server) cmdHello(c redcon.Conn, sess *session, args [][]byte) *errorRep
 	sess.authed = true
 	if name != nil {
 		sess.name = append(sess.name[:0], name...)
+	}
+	if version != 0 {
+		sess.resp3 = version == 3
 	}
 	s.writeHello(c, sess)
 	return nil
@@ -113,15 +120,20 @@ func (s *Server) helloOptions(opts [][]byte, authed bool) (name []byte, _ bool, 
 	return name, authed, nil
 }
 
-// writeHello writes HELLO's reply: the server's properties as a flat array.
+// writeHello writes HELLO's reply: a map of the server's properties, in
+// Redis's order. proto is an integer, which redis-py and rueidis check.
 func (s *Server) writeHello(c redcon.Conn, sess *session) {
-	c.WriteArray(14)
+	proto := 2
+	if sess.resp3 {
+		proto = 3
+	}
+	sess.writeMap(c, 7)
 	c.WriteBulkString("server")
 	c.WriteBulkString("bucketd")
 	c.WriteBulkString("version")
 	c.WriteBulkString(s.cfg.Version)
 	c.WriteBulkString("proto")
-	c.WriteInt(2)
+	c.WriteInt(proto)
 	c.WriteBulkString("id")
 	c.WriteInt64(sess.id)
 	c.WriteBulkString("mode")
@@ -153,7 +165,7 @@ func (s *Server) cmdClientSetName(c redcon.Conn, sess *session, args [][]byte) *
 
 func (s *Server) cmdClientGetName(c redcon.Conn, sess *session, args [][]byte) *errorReply {
 	if len(sess.name) == 0 {
-		c.WriteNull()
+		sess.writeNull(c)
 	} else {
 		c.WriteBulk(sess.name)
 	}
@@ -175,11 +187,22 @@ func (s *Server) cmdClientSetInfo(c redcon.Conn, sess *session, args [][]byte) *
 	return nil
 }
 
+// cmdClientOnOff answers CLIENT NO-EVICT and CLIENT NO-TOUCH ON|OFF, which
+// clients send only when configured to: bucketd neither evicts clients nor
+// tracks key access, so there is nothing to change.
+func (s *Server) cmdClientOnOff(c redcon.Conn, sess *session, args [][]byte) *errorReply {
+	if !equalFold(args[2], "ON") && !equalFold(args[2], "OFF") {
+		return errSyntax
+	}
+	c.WriteString("OK")
+	return nil
+}
+
 // COMMAND and its subcommands give redis-cli and client libraries enough
 // to start. COMMAND alone is COMMAND INFO with no names.
 
 func (s *Server) cmdCommand(c redcon.Conn, sess *session, args [][]byte) *errorReply {
-	writeCommandTable(c)
+	sess.writeCommandTable(c)
 	return nil
 }
 
@@ -201,15 +224,15 @@ func (s *Server) cmdCommandList(c redcon.Conn, sess *session, args [][]byte) *er
 func (s *Server) cmdCommandInfo(c redcon.Conn, sess *session, args [][]byte) *errorReply {
 	names := args[2:]
 	if len(names) == 0 {
-		writeCommandTable(c)
+		sess.writeCommandTable(c)
 		return nil
 	}
 	c.WriteArray(len(names))
 	for _, n := range names {
 		if cmd := lookup(commandTable, n); cmd != nil {
-			writeCommandInfo(c, cmd)
+			sess.writeCommandInfo(c, cmd)
 		} else {
-			c.WriteNull()
+			sess.writeNull(c)
 		}
 	}
 	return nil
@@ -218,38 +241,41 @@ func (s *Server) cmdCommandInfo(c redcon.Conn, sess *session, args [][]byte) *er
 // cmdCommandDocs has no documentation to give: redis-cli then falls back to
 // its built-in hints. An empty map is what Redis sends for unknown names.
 func (s *Server) cmdCommandDocs(c redcon.Conn, sess *session, args [][]byte) *errorReply {
-	c.WriteArray(0)
+	sess.writeMap(c, 0)
 	return nil
 }
 
-func writeCommandTable(c redcon.Conn) {
+func (sess *session) writeCommandTable(c redcon.Conn) {
 	c.WriteArray(len(commandTable))
 	for i := range commandTable {
-		writeCommandInfo(c, &commandTable[i])
+		sess.writeCommandInfo(c, &commandTable[i])
 	}
 }
 
-// writeCommandInfo writes one entry in Redis 7's ten-field COMMAND format.
-func writeCommandInfo(c redcon.Conn, cmd *commandSpec) {
+// writeCommandInfo writes one entry in Redis 7's ten-field COMMAND format,
+// with Redis's types: the flags, ACL categories, tips and key specs are
+// sets in RESP3, and so is the empty list of subcommands.
+func (sess *session) writeCommandInfo(c redcon.Conn, cmd *commandSpec) {
 	c.WriteArray(10)
 	c.WriteBulkString(cmd.name)
 	c.WriteInt(cmd.arity)
-	c.WriteArray(len(cmd.flags))
+	sess.writeSet(c, len(cmd.flags))
 	for _, f := range cmd.flags {
 		c.WriteString(f)
 	}
 	c.WriteInt(cmd.keys.first)
 	c.WriteInt(cmd.keys.last)
 	c.WriteInt(cmd.keys.step)
-	c.WriteArray(0) // ACL categories
-	c.WriteArray(0) // tips
-	c.WriteArray(0) // key specs
-	c.WriteArray(0) // subcommands
+	sess.writeSet(c, 0) // ACL categories
+	sess.writeSet(c, 0) // tips
+	sess.writeSet(c, 0) // key specs
+	sess.writeSet(c, 0) // subcommands
 }
 
 // cmdConfigGet answers CONFIG GET with the few parameters tools ask for at
 // start (redis-benchmark asks for "save" and "appendonly"); other
-// parameters match nothing, as unknown ones do in Redis.
+// parameters match nothing, as unknown ones do in Redis. The reply is a map
+// of names to values (a flat array in RESP2).
 func (s *Server) cmdConfigGet(c redcon.Conn, sess *session, args [][]byte) *errorReply {
 	params := [][2]string{
 		{"save", ""},
@@ -268,7 +294,7 @@ func (s *Server) cmdConfigGet(c redcon.Conn, sess *session, args [][]byte) *erro
 			}
 		}
 	}
-	c.WriteArray(len(out))
+	sess.writeMap(c, len(out)/2)
 	for _, v := range out {
 		c.WriteBulkString(v)
 	}

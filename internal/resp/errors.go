@@ -61,6 +61,23 @@ var (
 	errNoReloadConfig   = &errorReply{"ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", ErrInvalidArg}
 )
 
+// Replies of CLIENT TRACKING and CLIENT CACHING, worded as Redis 7.2 words
+// them, except errRedirectElsewhere: Redis would send the invalidations to
+// that connection, which bucketd cannot do (see tracking.go).
+var (
+	errRedirectMissing   = &errorReply{"ERR The client ID you want redirect to does not exist", ErrInvalidArg}
+	errRedirectTwice     = &errorReply{"ERR A client can only redirect to a single other client", ErrInvalidArg}
+	errRedirectElsewhere = &errorReply{"ERR bucketd cannot deliver invalidation messages to another connection: turn tracking on, without REDIRECT, on the connection that reads (RESP3, HELLO 3)", ErrInvalidArg}
+	errPrefixNeedsBcast  = &errorReply{"ERR PREFIX option requires BCAST mode to be enabled", ErrInvalidArg}
+	errBcastSwitch       = &errorReply{"ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode.", ErrInvalidArg}
+	errBcastOptIn        = &errorReply{"ERR OPTIN and OPTOUT are not compatible with BCAST", ErrInvalidArg}
+	errOptInAndOut       = &errorReply{"ERR You can't specify both OPTIN mode and OPTOUT mode", ErrInvalidArg}
+	errOptSwitch         = &errorReply{"ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then re-enabling it with a different mode.", ErrInvalidArg}
+	errCachingOff        = &errorReply{"ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled", ErrInvalidArg}
+	errCachingYes        = &errorReply{"ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.", ErrInvalidArg}
+	errCachingNo         = &errorReply{"ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.", ErrInvalidArg}
+)
+
 // Replies of the security layer, worded as Redis 7 words them.
 var (
 	errNoAuth        = &errorReply{"NOAUTH Authentication required.", ErrAuth}
@@ -112,6 +129,12 @@ func unknownSubcommand(sub []byte, command string) *errorReply {
 
 func helloOptionError(opt []byte) *errorReply {
 	return &errorReply{"ERR Syntax error in HELLO option '" + truncate(opt) + "'", ErrInvalidArg}
+}
+
+// prefixOverlap is CLIENT TRACKING's reply to a BCAST prefix p that
+// overlaps q; which is "an existing" or "another provided".
+func prefixOverlap(p, q, which string) *errorReply {
+	return &errorReply{"ERR Prefix '" + p + "' overlaps with " + which + " prefix '" + q + "'. Prefixes for a single client must not overlap.", ErrInvalidArg}
 }
 
 func unrecognizedOption(opt []byte) *errorReply {

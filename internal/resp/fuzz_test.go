@@ -8,8 +8,10 @@ import (
 )
 
 // FuzzCommandArgs sends arbitrary argument lists through the command
-// handler: it must never panic, must write exactly one well-formed reply per
-// command, and must queue bucket operations only for valid commands.
+// handler, in RESP2, in RESP3 and in RESP3 with tracking on: it must never
+// panic, must write exactly one well-formed reply per command (followed, with
+// tracking, by at most one invalidation push), and must queue bucket
+// operations only for valid commands.
 func FuzzCommandArgs(f *testing.F) {
 	for _, s := range []string{
 		"TB.ACQUIRE\x00k\x0010\x001", "tb.acquire\x00k\x0010\x001\x002\x00withinfo", "TB.PEEK\x00k\x001e3\x00.5",
@@ -24,19 +26,26 @@ func FuzzCommandArgs(f *testing.F) {
 		if len(args[0]) == 0 {
 			return // redcon never hands the handler a command without arguments
 		}
-		srv, c := newBenchServer(t)
-		srv.handle(c, redcon.Command{Args: args})
-		if len(c.sess.caller.(*inlineCaller).ops) != 0 {
-			t.Fatalf("ops left queued after the reply")
-		}
-		n, ok := replyLen(c.out)
-		if !ok || n != len(c.out) {
-			t.Fatalf("%q: reply %q is not exactly one RESP value", args, c.out)
+		for _, conn := range []struct{ resp3, tracking bool }{{false, false}, {true, false}, {true, true}} {
+			srv, c := newBenchServer(t)
+			c.sess.resp3, c.sess.tracking.on = conn.resp3, conn.tracking
+			srv.handle(c, redcon.Command{Args: args})
+			if len(c.sess.caller.(*inlineCaller).ops) != 0 {
+				t.Fatalf("ops left queued after the reply")
+			}
+			n, ok := replyLen(c.out)
+			if ok && n < len(c.out) && conn.tracking && c.out[n] == '>' { // an invalidation after the reply
+				m, pushOK := replyLen(c.out[n:])
+				n, ok = n+m, pushOK
+			}
+			if !ok || n != len(c.out) || c.out[0] == '>' {
+				t.Fatalf("%q (%+v): reply %q is not exactly one RESP value (and an invalidation)", args, conn, c.out)
+			}
 		}
 	})
 }
 
-// replyLen returns the length of the first RESP2 value in b.
+// replyLen returns the length of the first RESP2 or RESP3 value in b.
 func replyLen(b []byte) (int, bool) {
 	if len(b) == 0 {
 		return 0, false
@@ -50,9 +59,9 @@ func replyLen(b []byte) (int, bool) {
 		return 0, false
 	}
 	switch b[0] {
-	case '+', '-', ':':
+	case '+', '-', ':', '_', ',':
 		return nl + 2, true
-	case '$':
+	case '$', '=':
 		n, ok := parseHeaderInt(line)
 		if !ok || n < -1 {
 			return 0, false
@@ -65,10 +74,13 @@ func replyLen(b []byte) (int, bool) {
 			return 0, false
 		}
 		return end, true
-	case '*':
+	case '*', '~', '%', '>':
 		n, ok := parseHeaderInt(line)
 		if !ok || n < -1 {
 			return 0, false
+		}
+		if b[0] == '%' {
+			n *= 2 // a map counts pairs
 		}
 		pos := nl + 2
 		for range n {

@@ -23,6 +23,7 @@ const (
 // planned is one command of a pipeline waiting for its shard results.
 type planned struct {
 	kind planKind
+	push bool        // an invalidation follows the reply (tracking.go)
 	ops  int32       // requests queued for it
 	err  *errorReply // planError's reply
 }
@@ -67,20 +68,26 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 // planned commands (so replies keep their order and INFO or DBSIZE see the
 // effect of earlier commands) and then answers it directly. An error found
 // before the command runs is planned like a reply, in its place.
+//
+// With CLIENT TRACKING on, trackCommand then sees every command; that one
+// test of a session flag is all tracking costs a connection without it.
 func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 	cmd, e := sess.resolve(args)
 	switch {
 	case e != nil:
 		sess.planError(e)
 	case cmd.plan != nil:
-		if e := cmd.plan(s, sess, args); e != nil {
+		if e = cmd.plan(s, sess, args); e != nil {
 			sess.planError(e)
 		}
 	default:
 		s.flushPlan(c, sess)
-		if e := cmd.run(s, c, sess, args); e != nil {
+		if e = cmd.run(s, c, sess, args); e != nil {
 			sess.writeError(c, e)
 		}
+	}
+	if sess.tracking.on {
+		sess.trackCommand(cmd, e == nil && cmd.plan != nil, args)
 	}
 }
 
@@ -221,6 +228,7 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 	answers, err := sess.caller.Run()
 	next := 0
 	for _, p := range sess.plan {
+		answered := false
 		switch {
 		case p.kind == planError:
 			sess.writeError(c, p.err)
@@ -233,7 +241,11 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 				sess.writeError(c, e)
 			} else {
 				writeAnswer(c, p.kind, rs)
+				answered = true
 			}
+		}
+		if p.push {
+			sess.writeInvalidation(c, answered)
 		}
 	}
 	clear(sess.plan) // drop dynamic error replies

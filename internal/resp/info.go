@@ -38,8 +38,18 @@ func (s *Server) info(requested [][]byte) []byte {
 			add(sec.build(s, st))
 		}
 	}
+	replication := replicationSection()
+	var others []info.Section
 	for _, section := range s.cfg.Info { // replication, the Redis store
-		if sec := section(); wantSection(requested, sec.Title) {
+		sec := section()
+		if sec.Title == replication.Title {
+			replication.Fields = append(replication.Fields, sec.Fields...)
+		} else {
+			others = append(others, sec)
+		}
+	}
+	for _, sec := range append([]info.Section{replication}, others...) {
+		if wantSection(requested, sec.Title) {
 			add(sec)
 		}
 	}
@@ -137,6 +147,18 @@ func (s *Server) infoBucketd(st decide.Stats) info.Section {
 		info.Int("evicted_total", st.Evicted),
 		info.Int("shards", st.Shards),
 		info.Int("shard_queue_depth", st.QueueDepth),
+	}}
+}
+
+// replicationSection starts the "# Replication" section with the fields
+// Redis puts first, which clients read: valkey-glide connects only to a
+// server that says role:master. bucketd is always a master with no
+// replicas; in replicate mode its own replication fields follow these, in
+// the same section.
+func replicationSection() info.Section {
+	return info.Section{Title: "Replication", Fields: []info.Field{
+		info.Text("role", "master"),
+		info.Int("connected_slaves", 0),
 	}}
 }
 

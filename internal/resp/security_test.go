@@ -48,7 +48,7 @@ func TestRequirePass(t *testing.T) {
 	if got := c3.Line(t); got != "*14\r\n" {
 		t.Fatalf("HELLO 2 AUTH: %q", got)
 	}
-	// go-redis with a password: HELLO 3 gets NOPROTO, it falls back to AUTH.
+	// go-redis with a password: HELLO 3 AUTH default <password>.
 	ok := ts.Client(t, func(o *redis.Options) { o.Password = "s3cret" })
 	expect(t, ok, int64(1), "TB.ACQUIRE", "k", "10", "1")
 	bad := ts.Client(t, func(o *redis.Options) { o.Password = "wrong" })
@@ -177,10 +177,10 @@ func TestTLSAndMutualTLS(t *testing.T) {
 func TestEveryErrorReplyIsCounted(t *testing.T) {
 	ts := startServer(t, nil)
 	c := ts.Client(t)
-	expect(t, c, "PONG", "PING") // connect first: go-redis's HELLO 3 gets NOPROTO, an error too
+	expect(t, c, "PONG", "PING") // connect first: the handshake's MAINT_NOTIFICATIONS is an error too
 	before := ts.Server.Stats().Errors
 	for _, args := range [][]any{
-		{"PING", "a", "b"}, {"SELECT", "7"}, {"HELLO", "3"}, {"CLIENT", "SETNAME", "a b"},
+		{"PING", "a", "b"}, {"SELECT", "7"}, {"HELLO", "4"}, {"CLIENT", "SETNAME", "a b"},
 		{"CLIENT", "FLY"}, {"CONFIG", "RELOAD"}, {"NOSUCH"}, {"TB.ACQUIRE", "k", "x", "1"}, {"AUTH", "x"},
 	} {
 		if err := c.Do(context.Background(), args...).Err(); err == nil {

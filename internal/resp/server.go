@@ -234,6 +234,7 @@ type session struct {
 	authed bool
 	tally  tally
 	keys   []byte // prefixed keys of this pipeline's policy commands
+	wire          // RESP version and client-side caching (reply.go)
 }
 
 // accept is redcon's accept hook, called on the accept goroutine for each

@@ -202,7 +202,7 @@ func TestRedisHousekeepingCommands(t *testing.T) {
 	expect(t, c, "OK", "SELECT", "0")
 	expect(t, c, "ERROR ERR DB index is out of range", "SELECT", "1")
 	expect(t, c, "ERROR ERR value is not an integer or out of range", "SELECT", "zero")
-	expect(t, c, "ERROR NOPROTO unsupported protocol version", "HELLO", "3")
+	expect(t, c, "ERROR NOPROTO unsupported protocol version", "HELLO", "4")
 	expect(t, c, "ERROR ERR Protocol version is not an integer or out of range", "HELLO", "x")
 	expect(t, c, "OK", "CLIENT", "SETNAME", "worker-1")
 	expect(t, c, "worker-1", "CLIENT", "GETNAME")
@@ -216,9 +216,10 @@ func TestRedisHousekeepingCommands(t *testing.T) {
 	} else {
 		expect(t, c, int64(len(list)), "COMMAND", "COUNT")
 	}
-	expect(t, c, []any{}, "COMMAND", "DOCS")
-	expect(t, c, []any{"save", "", "appendonly", "no"}, "CONFIG", "GET", "save", "appendonly")
-	expect(t, c, []any{}, "CONFIG", "GET", "no-such-param")
+	// go-redis speaks RESP3 by default: maps where Redis 7 sends maps.
+	expect(t, c, map[any]any{}, "COMMAND", "DOCS")
+	expect(t, c, map[any]any{"save": "", "appendonly": "no"}, "CONFIG", "GET", "save", "appendonly")
+	expect(t, c, map[any]any{}, "CONFIG", "GET", "no-such-param")
 	expect(t, c, "ERROR "+errNoPasswordSet, "AUTH", "secret")
 	expect(t, c, "ERROR ERR unknown command 'FOO', with args beginning with: 'a' 'b c' ", "FOO", "a", "b c")
 	expect(t, c, "ERROR ERR unknown command 'nope', with args beginning with: ", "nope")

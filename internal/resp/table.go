@@ -86,6 +86,12 @@ func init() {
 			{upper: "GETNAME", arity: 2, run: (*Server).cmdClientGetName},
 			{upper: "ID", arity: 2, run: (*Server).cmdClientID},
 			{upper: "SETINFO", arity: 4, run: (*Server).cmdClientSetInfo},
+			{upper: "TRACKING", arity: -3, run: (*Server).cmdClientTracking},
+			{upper: "CACHING", arity: 3, run: (*Server).cmdClientCaching},
+			{upper: "TRACKINGINFO", arity: 2, run: (*Server).cmdClientTrackingInfo},
+			{upper: "GETREDIR", arity: 2, run: (*Server).cmdClientGetRedir},
+			{upper: "NO-EVICT", arity: 3, run: (*Server).cmdClientOnOff},
+			{upper: "NO-TOUCH", arity: 3, run: (*Server).cmdClientOnOff},
 		}},
 		// The subcommands of COMMAND ignore extra arguments (no FILTERBY).
 		{id: cmdCommand, upper: "COMMAND", arity: -1, flags: []string{"loading", "stale"}, run: (*Server).cmdCommand, subs: []commandSpec{

@@ -1,0 +1,331 @@
+package resp
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// Client-side caching (CLIENT TRACKING), as far as a rate limiter can
+// allow it. A client with tracking on may keep a reply and serve it again
+// until the server invalidates the key. Every bucket reply depends on the
+// time it was made, so it is stale at once: bucketd follows each tracked
+// bucket reply with an invalidation push for its keys, right after the
+// reply and before the next one. A cache that stores the reply (rueidis's
+// DoCache, a user's Cacheable) drops it again as it reads the push, so
+// nothing is ever served from it. The push must not come before the reply:
+// rueidis keeps a fill that is still pending when an invalidation arrives.
+//
+// The commands and their replies and errors are Redis 7.2's. What is
+// tracked follows Redis's rules too (OPTIN: the command after CLIENT
+// CACHING YES; OPTOUT: all but the one after CLIENT CACHING NO; BCAST: the
+// keys under its prefixes), except NOLOOP, which changes nothing: the
+// reply ages with time, not with another client's write. Pushes need
+// RESP3, as in Redis: a RESP2 connection with tracking on gets none, and
+// REDIRECT is accepted only to the connection itself (bucketd has no
+// Pub/Sub through which another connection could receive them).
+
+// tracking is one connection's CLIENT TRACKING state; the zero value is
+// off. Owned by the connection's goroutine.
+type tracking struct {
+	on                   bool // the one flag the command path checks
+	bcast, optin, optout bool
+	noloop               bool
+	caching              bool     // CLIENT CACHING given for the next command
+	redirect             int64    // 0, or the connection's own id
+	prefixes             []string // BCAST prefixes, sorted; "" is every key
+	pendingKeys          [][]byte // keys of the invalidations not yet written, in plan order
+	pendingCounts        []int    // how many of pendingKeys each invalidation has
+	nextCount, nextKey   int      // the next invalidation to write
+}
+
+// trackingOptions is what CLIENT TRACKING's options ask for.
+type trackingOptions struct {
+	bcast, optin, optout, noloop bool
+	redirect                     int64
+	prefixes                     []string
+}
+
+// cmdClientTracking answers CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p
+// ...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]. The options are checked before
+// ON or OFF is looked at, as Redis does.
+func (s *Server) cmdClientTracking(c redcon.Conn, sess *session, args [][]byte) *errorReply {
+	opts, e := s.trackingOptions(sess, args[3:])
+	if e != nil {
+		return e
+	}
+	switch {
+	case equalFold(args[2], "ON"):
+		if e := sess.tracking.enable(opts); e != nil {
+			return e
+		}
+	case equalFold(args[2], "OFF"):
+		sess.tracking.disable()
+	default:
+		return errSyntax
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+// trackingOptions parses the options of CLIENT TRACKING.
+func (s *Server) trackingOptions(sess *session, args [][]byte) (trackingOptions, *errorReply) {
+	var o trackingOptions
+	for i := 0; i < len(args); i++ {
+		more := i+1 < len(args)
+		switch {
+		case equalFold(args[i], "REDIRECT") && more:
+			i++
+			if o.redirect != 0 {
+				return o, errRedirectTwice
+			}
+			id, ok := parseInt(args[i])
+			if !ok {
+				return o, errNotInteger
+			}
+			if e := s.checkRedirect(sess, id); e != nil {
+				return o, e
+			}
+			o.redirect = id
+		case equalFold(args[i], "PREFIX") && more:
+			i++
+			o.prefixes = append(o.prefixes, string(args[i]))
+		case equalFold(args[i], "BCAST"):
+			o.bcast = true
+		case equalFold(args[i], "OPTIN"):
+			o.optin = true
+		case equalFold(args[i], "OPTOUT"):
+			o.optout = true
+		case equalFold(args[i], "NOLOOP"):
+			o.noloop = true
+		default:
+			return o, errSyntax
+		}
+	}
+	return o, nil
+}
+
+// checkRedirect accepts a REDIRECT to the connection itself, which is
+// tracking without REDIRECT. An id never handed out is Redis's "does not
+// exist"; any other connection is refused, because bucketd cannot deliver
+// invalidations to it and a client that expected them there would serve
+// stale replies.
+func (s *Server) checkRedirect(sess *session, id int64) *errorReply {
+	switch {
+	case id == sess.id:
+		return nil
+	case id <= 0 || id > s.nextClientID.Load():
+		return errRedirectMissing
+	}
+	return errRedirectElsewhere
+}
+
+// enable turns tracking on with o, after Redis's checks, in Redis's order.
+// Turning it on again changes the mode; BCAST prefixes add up.
+func (t *tracking) enable(o trackingOptions) *errorReply {
+	switch {
+	case !o.bcast && len(o.prefixes) > 0:
+		return errPrefixNeedsBcast
+	case t.on && t.bcast != o.bcast:
+		return errBcastSwitch
+	case o.bcast && (o.optin || o.optout):
+		return errBcastOptIn
+	case o.optin && o.optout:
+		return errOptInAndOut
+	case o.optin && t.optout || o.optout && t.optin:
+		return errOptSwitch
+	}
+	if o.bcast {
+		if e := t.checkPrefixes(o.prefixes); e != nil {
+			return e
+		}
+		if len(o.prefixes) == 0 {
+			o.prefixes = []string{""}
+		}
+		for _, p := range o.prefixes {
+			if i, found := slices.BinarySearch(t.prefixes, p); !found {
+				t.prefixes = slices.Insert(t.prefixes, i, p)
+			}
+		}
+	}
+	t.on, t.redirect = true, o.redirect
+	t.bcast, t.optin, t.optout, t.noloop = o.bcast, o.optin, o.optout, o.noloop
+	return nil
+}
+
+// checkPrefixes refuses a prefix that overlaps (one is a prefix of the
+// other) one the connection has or another one given, as Redis does.
+func (t *tracking) checkPrefixes(prefixes []string) *errorReply {
+	overlap := func(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
+	for i, p := range prefixes {
+		for _, old := range t.prefixes {
+			if overlap(old, p) {
+				return prefixOverlap(p, old, "an existing")
+			}
+		}
+		for _, q := range prefixes[i+1:] {
+			if overlap(p, q) {
+				return prefixOverlap(p, q, "another provided")
+			}
+		}
+	}
+	return nil
+}
+
+// disable turns tracking off and forgets its options and prefixes.
+func (t *tracking) disable() {
+	*t = tracking{
+		prefixes:      t.prefixes[:0],
+		pendingKeys:   t.pendingKeys[:0],
+		pendingCounts: t.pendingCounts[:0],
+	}
+}
+
+// cmdClientCaching answers CLIENT CACHING YES|NO, which says whether the
+// next command is tracked (YES in OPTIN mode, NO in OPTOUT mode).
+func (s *Server) cmdClientCaching(c redcon.Conn, sess *session, args [][]byte) *errorReply {
+	t := &sess.tracking
+	switch {
+	case !t.on:
+		return errCachingOff
+	case equalFold(args[2], "YES"):
+		if !t.optin {
+			return errCachingYes
+		}
+	case equalFold(args[2], "NO"):
+		if !t.optout {
+			return errCachingNo
+		}
+	default:
+		return errSyntax
+	}
+	t.caching = true
+	c.WriteString("OK")
+	return nil
+}
+
+// cmdClientTrackingInfo answers CLIENT TRACKINGINFO as Redis does: a map of
+// the flags (a set), the redirect id (-1 when off) and the BCAST prefixes.
+func (s *Server) cmdClientTrackingInfo(c redcon.Conn, sess *session, args [][]byte) *errorReply {
+	t := &sess.tracking
+	var flags [5]string
+	n := 0
+	add := func(on bool, name string) {
+		if on {
+			flags[n] = name
+			n++
+		}
+	}
+	add(!t.on, "off")
+	add(t.on, "on")
+	add(t.bcast, "bcast")
+	add(t.optin, "optin")
+	add(t.optin && t.caching, "caching-yes")
+	add(t.optout, "optout")
+	add(t.optout && t.caching, "caching-no")
+	add(t.noloop, "noloop")
+	sess.writeMap(c, 3)
+	c.WriteBulkString("flags")
+	sess.writeSet(c, n)
+	for _, f := range flags[:n] {
+		c.WriteBulkString(f)
+	}
+	c.WriteBulkString("redirect")
+	c.WriteInt64(t.redirectReply())
+	c.WriteBulkString("prefixes")
+	c.WriteArray(len(t.prefixes))
+	for _, p := range t.prefixes {
+		c.WriteBulkString(p)
+	}
+	return nil
+}
+
+// cmdClientGetRedir answers CLIENT GETREDIR: the redirect id, 0 for none,
+// -1 when tracking is off.
+func (s *Server) cmdClientGetRedir(c redcon.Conn, sess *session, args [][]byte) *errorReply {
+	c.WriteInt64(sess.tracking.redirectReply())
+	return nil
+}
+
+func (t *tracking) redirectReply() int64 {
+	if !t.on {
+		return -1
+	}
+	return t.redirect
+}
+
+// trackCommand runs after each command while tracking is on. For a bucket
+// command that was planned (no error) and whose read is tracked, it queues
+// the invalidation flushPlan writes after the reply. Then it uses CLIENT
+// CACHING up: it applies to the next command other than CLIENT, as in
+// Redis.
+func (sess *session) trackCommand(cmd *commandSpec, planned bool, args [][]byte) {
+	t := &sess.tracking
+	tracked := !(t.optin && !t.caching) && !(t.optout && t.caching)
+	if planned && tracked && sess.resp3 {
+		sess.trackKeys(cmd.keys, args)
+	}
+	if !equalFold(args[0], "CLIENT") {
+		t.caching = false
+	}
+}
+
+// trackKeys queues an invalidation of the keys of the command just planned
+// (in BCAST mode those under a prefix) and marks it in the plan.
+func (sess *session) trackKeys(kr keyRange, args [][]byte) {
+	t := &sess.tracking
+	last := kr.last
+	if last < 0 {
+		last += len(args)
+	}
+	n := 0
+	for i := kr.first; i <= last; i += kr.step {
+		if t.bcast && !t.matchesPrefix(args[i]) {
+			continue
+		}
+		t.pendingKeys = append(t.pendingKeys, args[i])
+		n++
+	}
+	if n > 0 {
+		t.pendingCounts = append(t.pendingCounts, n)
+		sess.plan[len(sess.plan)-1].push = true
+	}
+}
+
+func (t *tracking) matchesPrefix(key []byte) bool {
+	for _, p := range t.prefixes {
+		if len(key) >= len(p) && string(key[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// writeInvalidation takes the next queued invalidation and, if send (the
+// reply carried a value, not an error), writes it:
+// >2 $10 invalidate *n $len key ...
+// It must follow a whole top-level reply: a reply nested in another (an
+// element of EXEC's array) gets its invalidation after the outer reply.
+func (sess *session) writeInvalidation(c redcon.Conn, send bool) {
+	t := &sess.tracking
+	n := t.pendingCounts[t.nextCount]
+	keys := t.pendingKeys[t.nextKey : t.nextKey+n]
+	t.nextCount++
+	t.nextKey += n
+	if send {
+		b := appendHeader(sess.scratch[:0], '>', 2)
+		b = redcon.AppendBulkString(b, "invalidate")
+		b = appendHeader(b, '*', n)
+		for _, k := range keys {
+			b = redcon.AppendBulk(b, k)
+		}
+		sess.scratch = b
+		c.WriteRaw(b)
+	}
+	if t.nextCount == len(t.pendingCounts) { // all written: drop the references to the read buffer
+		clear(t.pendingKeys)
+		t.pendingKeys, t.pendingCounts = t.pendingKeys[:0], t.pendingCounts[:0]
+		t.nextCount, t.nextKey = 0, 0
+	}
+}
