@@ -49,11 +49,13 @@ func (g *Group) shardOf(key string) (int, uint64) {
 	return int(h & g.mask), h
 }
 
-// Restore stores the records (a snapshot's, or the Redis copy's) for keys
-// that have no state yet: anything decided since the start is newer. It
-// skips records that are full by now (they would answer like absent keys)
-// and returns how many it stored. Restored buckets are not tracked as
-// changes: the state came from where it would be written to.
+// Restore stores the records (a snapshot's, or the Redis copy's) where
+// they are newer than what the shards hold: for keys with no state yet,
+// and for keys whose state was itself loaded and is older (the state's
+// time decides; see restore). A state decided since the start is always
+// kept, so a load retried while clients are served changes no key they
+// used. It returns how many records it stored. Restored buckets are not
+// tracked as changes: the state came from where it would be written to.
 func (g *Group) Restore(recs []Record) (int, error) {
 	byShard := make([][]int, len(g.shards))
 	for i := range recs {
@@ -79,18 +81,35 @@ func (g *Group) Restore(recs []Record) (int, error) {
 	return stored, nil
 }
 
+// restore stores r unless the shard's state for its key wins: a state
+// decided since the start, a loaded state at least as new, or any
+// CL.THROTTLE state (their copies come from snapshots only, so there is
+// never a second one to compare). A newer record that is full by now
+// deletes the older state, which would otherwise say the key is not full.
 func (s *shard) restore(r *Record, now int64) bool {
 	e := r.entry(s.base)
-	if e.full(now) {
-		return false
-	}
+	e.restored = true
 	key := []byte(r.Key)
 	h := maphash.Bytes(s.seed, key)
-	if _, exists := s.t.find(h, key); exists {
+	i, exists := s.t.find(h, key)
+	if !exists {
+		if e.full(now) {
+			return false
+		}
+		_, stored := s.insert(h, key, e)
+		return stored
+	}
+	old := &s.t.entries[i]
+	if !old.restored || old.kind != TokenBucket || e.kind != TokenBucket || e.last <= old.last {
 		return false
 	}
-	_, stored := s.insert(h, key, e)
-	return stored
+	if e.full(now) {
+		s.removeAt(i)
+		return false
+	}
+	e.keyOff, e.keyLen, e.fp, e.dirty = old.keyOff, old.keyLen, old.fp, old.dirty
+	*old = e
+	return true
 }
 
 // Live reports, for each key, whether it has a bucket that is not full:
