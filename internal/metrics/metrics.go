@@ -8,6 +8,7 @@ import (
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -35,6 +36,9 @@ type Sources struct {
 	// (*replica.Replicator).Stats; nil when bucketd does not replicate to
 	// Redis. Counts are totals since start; depth and lag are values now.
 	Replication func() replica.Stats
+	// Snapshot returns the snapshot keeper's figures, normally
+	// (*snapshot.Keeper).Stats; nil without --data-dir.
+	Snapshot func() snapshot.Stats
 }
 
 // durationBuckets are the upper bounds, in seconds, of the
@@ -119,6 +123,8 @@ type collector struct {
 
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
+
+	snapLastSuccess, snapFailures *prometheus.Desc
 }
 
 func newCollector(src Sources) (*collector, error) {
@@ -155,6 +161,9 @@ func newCollector(src Sources) (*collector, error) {
 		replApplied:       desc("replication_applied_total", "Bucket changes written to Redis."),
 		replDropped:       desc("replication_dropped_total", "Bucket changes dropped because the replication queue was full."),
 		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating, plus buckets Redis refused because their key holds another type."),
+
+		snapLastSuccess: desc("snapshot_last_success_timestamp_seconds", "Unix time the newest snapshot in --data-dir was taken (written since the start, or loaded at start; the start when there was none): a crash now loses the changes since."),
+		snapFailures:    desc("snapshot_failures_total", "Snapshots that could not be written (periodic and final); the previous snapshot stays."),
 	}, nil
 }
 
@@ -177,6 +186,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		} {
 			ch <- d
 		}
+	}
+	if c.src.Snapshot != nil {
+		ch <- c.snapLastSuccess
+		ch <- c.snapFailures
 	}
 }
 
@@ -227,5 +240,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.replApplied, float64(rs.Applied))
 		counter(c.replDropped, float64(rs.Dropped))
 		counter(c.replErrors, float64(rs.RedisErrors))
+	}
+
+	if c.src.Snapshot != nil {
+		sn := c.src.Snapshot()
+		var last float64
+		if !sn.LastSuccess.IsZero() {
+			last = float64(sn.LastSuccess.UnixMicro()) / 1e6
+		}
+		gauge(c.snapLastSuccess, last)
+		counter(c.snapFailures, float64(sn.Failures))
 	}
 }
