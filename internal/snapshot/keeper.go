@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,8 +214,14 @@ const saveChunk = 1024
 // wrote. It streams: shard after shard, a chunk at a time, each written
 // before the next is taken, so the shards serve clients in between and
 // memory holds one chunk, never a copy of all buckets. A Save called while
-// another runs waits for it.
-func (k *Keeper) Save() (int, error) {
+// another runs waits for it. Save runs flat out, as the final snapshot
+// does; the periodic ones are paced (see pace).
+func (k *Keeper) Save() (int, error) { return k.save(nil) }
+
+// save is Save, paced until pacedUntil is closed (never paced when it is
+// nil): a periodic snapshot that a shutdown meets finishes flat out, so
+// the final one is not kept waiting.
+func (k *Keeper) save(pacedUntil <-chan struct{}) (int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	write := k.write
@@ -222,7 +229,7 @@ func (k *Keeper) Save() (int, error) {
 		write = Write
 	}
 	taken := time.Now()
-	src := &stream{g: k.Group, chunk: make([]shard.Record, 0, saveChunk)}
+	src := &stream{g: k.Group, chunk: make([]shard.Record, 0, saveChunk), pacedUntil: pacedUntil}
 	defer src.stop()
 	n, err := write(k.Path(), taken.UnixMicro(), src.next)
 	if err != nil {
@@ -241,10 +248,46 @@ type stream struct {
 	walk  *shard.Walk // the shard being walked; nil between two shards
 	chunk []shard.Record
 	pos   int // the next record of chunk to hand out
+
+	pacedUntil <-chan struct{} // see Keeper.save
+	since      time.Time       // when the work not yet paid for started
+	owed       time.Duration   // work done since the last pause
+}
+
+// paceQuantum is the work a paced snapshot does between two pauses.
+const paceQuantum = 2 * time.Millisecond
+
+// pace runs between two chunks of a periodic snapshot. It lets every
+// goroutine that is ready run first (with GOMAXPROCS=1 the snapshot would
+// otherwise hold the only P for the scheduler's 10 ms time slice), and it
+// rests as long as the snapshot worked, in pauses of at least
+// paceQuantum, so a snapshot takes at most half a core however large it
+// is: on a busy machine or under a CPU limit, serving is not starved
+// while it runs. A paced snapshot takes about twice as long as one flat
+// out (about 1.6 s instead of 0.8 s at 4 million buckets).
+func (s *stream) pace() {
+	runtime.Gosched()
+	now := time.Now()
+	if !s.since.IsZero() {
+		s.owed += now.Sub(s.since)
+	}
+	if s.owed >= paceQuantum {
+		time.Sleep(s.owed) // the pause is the point: leave the CPU to serving
+		s.owed, now = 0, time.Now()
+	}
+	s.since = now
 }
 
 func (s *stream) next() (shard.Record, bool, error) {
 	for s.pos == len(s.chunk) {
+		if s.pacedUntil != nil {
+			select {
+			case <-s.pacedUntil:
+				s.pacedUntil = nil
+			default:
+				s.pace()
+			}
+		}
 		if s.walk == nil {
 			if s.shard == s.g.Len() {
 				return shard.Record{}, false, nil
@@ -294,7 +337,7 @@ func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
 				return // both were ready: stopping wins over one more snapshot
 			}
 			start := time.Now()
-			n, err := k.Save()
+			n, err := k.save(ctx.Done())
 			if err != nil {
 				k.logger().Error("snapshot failed; the previous one stays", "path", k.Path(), "err", err)
 				continue
