@@ -138,7 +138,8 @@ func (b *buckets) info() []func() info.Section {
 }
 
 // metricSources are the metrics of the parts that exist in this mode:
-// shard queues only with shards, replication only when replicating.
+// shard queues only with shards, replication only when replicating,
+// snapshots only with --data-dir.
 func (b *buckets) metricSources(server func() resp.ServerStats) metrics.Sources {
 	src := metrics.Sources{Buckets: b.limiter.Stats, Server: server}
 	if b.group != nil {
@@ -147,23 +148,29 @@ func (b *buckets) metricSources(server func() resp.ServerStats) metrics.Sources 
 	if b.rep != nil {
 		src.Replication = b.rep.Stats
 	}
+	if b.keeper != nil {
+		src.Snapshot = b.keeper.Stats
+	}
 	return src
 }
 
 // finish is the buckets' part of the shutdown: the replication's last
 // changes to Redis, then the final snapshot, then the shards, which answer
 // what is queued and stop. Call it once nothing decides any more and the
-// replicator's and keeper's Run have returned.
-func (b *buckets) finish(ctx context.Context) {
+// replicator's and keeper's Run have returned. A failed final snapshot is
+// its error, saying what is lost: the process must not exit 0 then.
+func (b *buckets) finish(ctx context.Context) error {
 	if b.rep != nil {
 		b.rep.FlushAtExit(ctx)
 	}
+	var err error
 	if b.keeper != nil {
-		b.keeper.Final()
+		err = b.keeper.Final()
 	}
 	if b.group != nil {
 		b.group.Close()
 	}
+	return err
 }
 
 // close releases what openBuckets built; calling it after finish is fine.

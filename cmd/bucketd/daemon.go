@@ -169,8 +169,7 @@ func (d *daemon) serve(ctx context.Context, hup <-chan os.Signal) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	d.shutdown(serveErr)
-	return nil
+	return d.shutdown(serveErr)
 }
 
 // start runs the background work and the server under d.bg, reports
@@ -203,8 +202,9 @@ func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
 // goroutine ends and is awaited, so nothing runs beside the last steps;
 // the last changes go to Redis, the final snapshot is written, the shards
 // stop; the metrics server stops last, so the last scrape sees the final
-// counts.
-func (d *daemon) shutdown(serveErr <-chan error) {
+// counts. A failed final snapshot is its error (the exit status is then
+// not 0); everything else is logged.
+func (d *daemon) shutdown(serveErr <-chan error) error {
 	d.ready.Store(false)
 	d.logger.Info("shutting down", "timeout", d.cfg.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
@@ -216,9 +216,10 @@ func (d *daemon) shutdown(serveErr <-chan error) {
 		d.logger.Warn("serve ended with an error", "err", err)
 	}
 	d.bg.stop()
-	d.b.finish(ctx)
+	err := d.b.finish(ctx)
 	d.stopMetrics(ctx)
 	d.logger.Info("stopped")
+	return err
 }
 
 // unlisten closes what listen opened, for a start that ends before

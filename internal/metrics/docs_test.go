@@ -261,7 +261,8 @@ func TestAlertRulesFile(t *testing.T) {
 	}
 	// The alerts the metrics exist for.
 	for _, want := range []string{"BucketdDown", "BucketdHighDenialRatio", "BucketdShardQueueBackingUp",
-		"BucketdProtocolErrors", "BucketdReplicationDropping", "BucketdReplicationLagging"} {
+		"BucketdProtocolErrors", "BucketdReplicationDropping", "BucketdReplicationLagging",
+		"BucketdSnapshotFailing", "BucketdSnapshotStale"} {
 		if !alerts[want] {
 			t.Errorf("no alert %s", want)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -35,6 +36,9 @@ type Sources struct {
 	// (*replica.Replicator).Stats; nil when bucketd does not replicate to
 	// Redis. Counts are totals since start; depth and lag are values now.
 	Replication func() replica.Stats
+	// Snapshot returns the snapshot keeper's figures, normally
+	// (*snapshot.Keeper).Stats; nil without --data-dir.
+	Snapshot func() snapshot.Stats
 }
 
 // durationBuckets are the upper bounds, in seconds, of the
@@ -120,6 +124,8 @@ type collector struct {
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
 	replOOM                                    *prometheus.Desc
+
+	snapLastSuccess, snapFailures *prometheus.Desc
 }
 
 func newCollector(src Sources) (*collector, error) {
@@ -159,6 +165,9 @@ func newCollector(src Sources) (*collector, error) {
 		replDropped:       desc("replication_dropped_total", "Bucket changes dropped because the replication queue was full."),
 		replErrors:        desc("replication_errors_total", "Redis commands that failed while replicating, plus buckets Redis refused (their key holds another type, or Redis is out of memory)."),
 		replOOM:           desc("replication_oom_refusals_total", "Bucket writes Redis refused because it was out of memory (OOM at maxmemory); the states wait in bucketd and are retried."),
+
+		snapLastSuccess: desc("snapshot_last_success_timestamp_seconds", "Unix time the newest snapshot in --data-dir was taken (written since the start, or loaded at start; the start when there was none): a crash now loses the changes since."),
+		snapFailures:    desc("snapshot_failures_total", "Snapshots that could not be written (periodic and final); the previous snapshot stays."),
 	}, nil
 }
 
@@ -181,6 +190,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		} {
 			ch <- d
 		}
+	}
+	if c.src.Snapshot != nil {
+		ch <- c.snapLastSuccess
+		ch <- c.snapFailures
 	}
 }
 
@@ -233,5 +246,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.replDropped, float64(rs.Dropped))
 		counter(c.replErrors, float64(rs.RedisErrors))
 		counter(c.replOOM, float64(rs.OOMRefusals))
+	}
+
+	if c.src.Snapshot != nil {
+		sn := c.src.Snapshot()
+		var last float64
+		if !sn.LastSuccess.IsZero() {
+			last = float64(sn.LastSuccess.UnixMicro()) / 1e6
+		}
+		gauge(c.snapLastSuccess, last)
+		counter(c.snapFailures, float64(sn.Failures))
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
@@ -20,7 +22,9 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.prom from the current output")
 
 // fakeSources returns Sources that report fixed numbers, distinct enough
-// that a value sent under the wrong name or label shows in a diff.
+// that a value sent under the wrong name or label shows in a diff. With
+// replication, the optional sources of replicate mode with --data-dir are
+// set too (replication and snapshots).
 func fakeSources(replication bool) Sources {
 	src := Sources{
 		Buckets: func() decide.Stats {
@@ -32,6 +36,9 @@ func fakeSources(replication bool) Sources {
 	if replication {
 		src.Replication = func() replica.Stats {
 			return replica.Stats{QueueDepth: 12, QueueCapacity: 4096, LagSeconds: 0.25, Applied: 900, Dropped: 1, RedisErrors: 2, OOMRefusals: 3, OOMWaiting: 3}
+		}
+		src.Snapshot = func() snapshot.Stats {
+			return snapshot.Stats{LastSuccess: time.Unix(1_796_000_000, 500_000_000), Failures: 3}
 		}
 	}
 	return src
@@ -106,6 +113,7 @@ var fixedNames = []string{
 	"bucketd_replication_queue_depth", "bucketd_replication_queue_capacity", "bucketd_replication_lag_seconds",
 	"bucketd_replication_applied_total", "bucketd_replication_dropped_total", "bucketd_replication_errors_total",
 	"bucketd_replication_oom_refusals_total",
+	"bucketd_snapshot_last_success_timestamp_seconds", "bucketd_snapshot_failures_total",
 }
 
 // TestScrapeGolden scrapes a fresh registry fed by fixed numbers and
@@ -153,7 +161,7 @@ func TestScrapeGolden(t *testing.T) {
 			}
 			wantFamilies := 14 // 13 from the collector, plus the histogram
 			if tc.replication {
-				wantFamilies += 7
+				wantFamilies += 7 + 2 // replication and snapshots
 			}
 			if len(families) != wantFamilies {
 				var names []string

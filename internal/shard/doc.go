@@ -5,7 +5,7 @@
 // that shard's goroutine. Everyone else sends it a task over a bounded
 // channel and waits for the answer: a Caller sends client requests
 // (decide.Request) as one batch per shard, and the maintenance methods of
-// Group (Restore, Live, Collect, TrackAll, Dump) send a call that runs on the
+// Group (Restore, Live, Collect, TrackAll, Walk) send a call that runs on the
 // shard's goroutine. There are no locks on bucket state: the single writer
 // makes every operation on a key atomic with respect to every other, which
 // is how concurrent acquires on one key never over-grant.

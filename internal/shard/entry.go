@@ -32,6 +32,10 @@ type entry struct {
 	fp     uint32 // the key hash's upper 32 bits: slot position and fingerprint
 	kind   Kind
 	dirty  bool // the key is in the shard's change set (replication)
+	// restored: the state was loaded (Restore) and no call has decided
+	// on it since, so a newer loaded copy may replace it. Every write of
+	// a decision builds a fresh entry, which clears it.
+	restored bool
 }
 
 func tokenEntry(s bucket.State, l bucket.Limit) entry {

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"errors"
 	"hash/maphash"
+	"sync/atomic"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 )
@@ -49,11 +51,13 @@ func (g *Group) shardOf(key string) (int, uint64) {
 	return int(h & g.mask), h
 }
 
-// Restore stores the records (a snapshot's, or the Redis copy's) for keys
-// that have no state yet: anything decided since the start is newer. It
-// skips records that are full by now (they would answer like absent keys)
-// and returns how many it stored. Restored buckets are not tracked as
-// changes: the state came from where it would be written to.
+// Restore stores the records (a snapshot's, or the Redis copy's) where
+// they are newer than what the shards hold: for keys with no state yet,
+// and for keys whose state was itself loaded and is older (the state's
+// time decides; see restore). A state decided since the start is always
+// kept, so a load retried while clients are served changes no key they
+// used. It returns how many records it stored. Restored buckets are not
+// tracked as changes: the state came from where it would be written to.
 func (g *Group) Restore(recs []Record) (int, error) {
 	byShard := make([][]int, len(g.shards))
 	for i := range recs {
@@ -79,18 +83,35 @@ func (g *Group) Restore(recs []Record) (int, error) {
 	return stored, nil
 }
 
+// restore stores r unless the shard's state for its key wins: a state
+// decided since the start, a loaded state at least as new, or any
+// CL.THROTTLE state (their copies come from snapshots only, so there is
+// never a second one to compare). A newer record that is full by now
+// deletes the older state, which would otherwise say the key is not full.
 func (s *shard) restore(r *Record, now int64) bool {
 	e := r.entry(s.base)
-	if e.full(now) {
-		return false
-	}
+	e.restored = true
 	key := []byte(r.Key)
 	h := maphash.Bytes(s.seed, key)
-	if _, exists := s.t.find(h, key); exists {
+	i, exists := s.t.find(h, key)
+	if !exists {
+		if e.full(now) {
+			return false
+		}
+		_, stored := s.insert(h, key, e)
+		return stored
+	}
+	old := &s.t.entries[i]
+	if !old.restored || old.kind != TokenBucket || e.kind != TokenBucket || e.last <= old.last {
 		return false
 	}
-	_, stored := s.insert(h, key, e)
-	return stored
+	if e.full(now) {
+		s.removeAt(i)
+		return false
+	}
+	e.keyOff, e.keyLen, e.fp, e.dirty = old.keyOff, old.keyLen, old.fp, old.dirty
+	*old = e
+	return true
 }
 
 // Live reports, for each key, whether it has a bucket that is not full:
@@ -217,17 +238,114 @@ func (s *shard) trackAll() {
 	s.pending.Store(int64(len(s.dirty)))
 }
 
-// Dump appends every live bucket of shard i (full ones left out) to dst as
-// Records, for snapshots. It copies the whole shard in one call: a pause
-// of the shard proportional to its size (tens of milliseconds per million
-// buckets).
-func (g *Group) Dump(i int, dst []Record) ([]Record, error) {
-	err := g.on(i, func(s *shard, now int64) {
-		for j := range s.t.entries {
-			if e := &s.t.entries[j]; !e.full(now) {
-				dst = append(dst, e.record(s.t.key(e), s.base))
-			}
+// Walk hands out one shard's live buckets (full ones left out) a chunk at
+// a time, for snapshots: the shard serves clients between chunks, and the
+// caller holds one chunk, never a copy of the shard. Every bucket that is
+// live for the whole walk is handed out exactly once, with its state at
+// some instant during the walk; one created or deleted meanwhile may be
+// handed out or not. A Walk is used by one goroutine; Stop it when giving
+// up before the end, or the shard keeps remembering moved entries.
+type Walk struct {
+	g    *Group
+	i    int // the shard
+	id   uint64
+	done bool
+}
+
+// ErrWalkEnded is returned by Walk.Next when the shard no longer runs that
+// walk: it was stopped, or another walk of the same shard replaced it.
+var ErrWalkEnded = errors.New("shard: walk ended")
+
+// walkIDs numbers the walks, so a shard can tell its current walk from
+// one that it has forgotten.
+var walkIDs atomic.Uint64
+
+// Walk starts a walk over shard i. Only one walk per shard is in
+// progress: starting another ends this one.
+func (g *Group) Walk(i int) (*Walk, error) {
+	w := &Walk{g: g, i: i, id: walkIDs.Add(1)}
+	err := g.on(i, func(s *shard, _ int64) { s.walk = &walk{id: w.id} })
+	return w, err
+}
+
+// Next appends to dst the live buckets among the next max entries of the
+// shard, and reports whether the walk is complete (the shard has then
+// forgotten it). A chunk may hold fewer than max buckets, none at all,
+// before the walk is complete.
+func (w *Walk) Next(dst []Record, max int) ([]Record, bool, error) {
+	if w.done {
+		return dst, true, nil
+	}
+	var ended bool
+	err := w.g.on(w.i, func(s *shard, now int64) {
+		if s.walk == nil || s.walk.id != w.id {
+			ended = true
+			return
+		}
+		dst, w.done = s.walk.next(s, dst, max, now)
+		if w.done {
+			s.walk = nil
 		}
 	})
-	return dst, err
+	switch {
+	case err != nil:
+		return dst, false, err
+	case ended:
+		return dst, false, ErrWalkEnded
+	}
+	return dst, w.done, nil
+}
+
+// Stop ends the walk before it is complete; after the end it does nothing.
+func (w *Walk) Stop() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	return w.g.on(w.i, func(s *shard, _ int64) {
+		if s.walk != nil && s.walk.id == w.id {
+			s.walk = nil
+		}
+	})
+}
+
+// walk is a Walk's state on its shard. Entries below cursor have been
+// handed out. Entries only ever move down (a removal moves the last entry
+// into the hole), so one the cursor has not reached can jump below it:
+// moving copies it into moved at that instant, and the next chunk hands it
+// out. An entry below the cursor never gets above it again, so nothing is
+// handed out twice. moved holds what was moved between two chunks.
+type walk struct {
+	id     uint64
+	cursor int
+	moved  []Record
+}
+
+// moving runs before entry i is removed: when that moves the last entry
+// from where the cursor has yet to go to where it has been, remember it.
+func (w *walk) moving(s *shard, i int32) {
+	last := s.t.len() - 1
+	if int(i) < w.cursor && last >= w.cursor {
+		e := &s.t.entries[last]
+		w.moved = append(w.moved, e.record(s.t.key(e), s.base))
+	}
+}
+
+// next appends the live buckets among the next max entries (moved ones
+// first) and reports whether the walk is complete.
+func (w *walk) next(s *shard, dst []Record, max int, now int64) ([]Record, bool) {
+	for ; max > 0 && len(w.moved) > 0; max-- {
+		r := w.moved[len(w.moved)-1]
+		w.moved = w.moved[:len(w.moved)-1]
+		if e := r.entry(s.base); !e.full(now) {
+			dst = append(dst, r)
+		}
+	}
+	for ; max > 0 && w.cursor < s.t.len(); max-- {
+		if e := &s.t.entries[w.cursor]; !e.full(now) {
+			dst = append(dst, e.record(s.t.key(e), s.base))
+		}
+		w.cursor++
+	}
+	return dst, len(w.moved) == 0 && w.cursor >= s.t.len()
 }

@@ -44,6 +44,8 @@ type shard struct {
 	maxEntries int    // 0: no limit
 	rng        uint64 // xorshift state for eviction samples
 	evicted    atomic.Int64
+
+	walk *walk // the snapshot walk in progress (maintain.go); nil when none
 }
 
 func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
@@ -275,8 +277,12 @@ func (s *shard) reset(o *op, now int64, n *tally) decide.Answer {
 	return decide.Answer{Removed: true}
 }
 
-// removeAt deletes entry i; the last entry moves into its place.
+// removeAt deletes entry i; the last entry moves into its place, which a
+// walk in progress must hear of (walk.moving).
 func (s *shard) removeAt(i int32) {
+	if s.walk != nil {
+		s.walk.moving(s, i)
+	}
 	s.t.remove(i)
 	s.live.Add(-1)
 }

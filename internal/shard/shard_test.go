@@ -421,19 +421,13 @@ func TestMaxBucketsKeepsTheNewBucket(t *testing.T) {
 	}
 }
 
-func TestDumpAndRestoreGCRA(t *testing.T) {
+func TestWalkAndRestoreGCRA(t *testing.T) {
 	g, _ := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	runOne(t, c, acquire("a", 10, 1, 3))
 	q, _ := bucket.NewGCRA(4, 1, 10, 1)
 	runOne(t, c, decide.Request{Kind: decide.Throttle, Key: []byte("t"), Quota: q})
-	var all []Record
-	for i := range g.Len() {
-		var err error
-		if all, err = g.Dump(i, all); err != nil {
-			t.Fatal(err)
-		}
-	}
+	all := walkAll(t, g)
 	if len(all) != 2 {
 		t.Fatalf("dump %+v", all)
 	}

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/shard"
@@ -30,7 +33,31 @@ type Keeper struct {
 	// shards were read, and an older state never replaces a newer one.
 	mu sync.Mutex
 	// write is Write; tests slow it down to make Saves meet.
-	write func(path string, takenUnixMicros int64, next func() (shard.Record, bool)) (int, error)
+	write func(path string, takenUnixMicros int64, next func() (shard.Record, bool, error)) (int, error)
+
+	lastGood atomic.Int64 // Unix microseconds; see Stats.LastSuccess
+	failures atomic.Int64
+}
+
+// Stats are the keeper's figures, for metrics.
+type Stats struct {
+	// LastSuccess is when the newest snapshot in Dir was taken: the last
+	// one this process wrote, or before that the one loaded at start, or
+	// the start itself when there was none to load (nothing older can be
+	// lost). Its age is what a crash now would lose. Zero before Restore.
+	LastSuccess time.Time
+	// Failures counts the snapshots that failed since the start, periodic
+	// and final.
+	Failures int64
+}
+
+// Stats returns the keeper's figures; safe to call at any time.
+func (k *Keeper) Stats() Stats {
+	st := Stats{Failures: k.failures.Load()}
+	if us := k.lastGood.Load(); us != 0 {
+		st.LastSuccess = time.UnixMicro(us)
+	}
+	return st
 }
 
 // Path is the snapshot file.
@@ -46,9 +73,12 @@ func (k *Keeper) logger() *slog.Logger {
 // restoreChunk is how many records Load hands the shards at a time.
 const restoreChunk = 4096
 
-// Restore is the start-up policy: it creates Dir if needed and loads the
-// snapshot in it, logging what it found. No snapshot yet means no buckets.
-// A corrupt or truncated snapshot stops the start with an error, because
+// Restore is the start-up policy: it creates Dir if needed, refuses a
+// directory it cannot write (every snapshot would fail, the final one
+// too, and the buckets would be lost at the next restart), removes the
+// temporary files of a snapshot a crash interrupted, and loads the
+// snapshot, logging what it found. No snapshot yet means no buckets. A
+// corrupt or truncated snapshot stops the start with an error, because
 // starting empty would hand every client a fresh burst, unless
 // ignoreCorrupt (--ignore-corrupt-snapshot) says to start empty; the next
 // snapshot then overwrites the file. When ctx ends first (a signal during
@@ -58,8 +88,13 @@ func (k *Keeper) Restore(ctx context.Context, ignoreCorrupt bool) error {
 	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	if err := checkWritable(k.Dir); err != nil {
+		return fmt.Errorf("--data-dir %s is not writable, so no snapshot could be saved there (%w): make it writable for the user bucketd runs as, with room on its disk, or choose another --data-dir", k.Dir, err)
+	}
+	k.removeLeftovers()
 	start := time.Now()
-	n, err := k.Load(ctx)
+	k.lastGood.Store(start.UnixMicro())
+	l, err := k.Load(ctx)
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("loading the snapshot %s: %w", k.Path(), ctx.Err())
@@ -70,18 +105,88 @@ func (k *Keeper) Restore(ctx context.Context, ignoreCorrupt bool) error {
 	case err != nil:
 		return fmt.Errorf("%w; refusing to start with a fresh burst for every client: fix or remove the file, or start with --ignore-corrupt-snapshot to start with no buckets", err)
 	default:
-		k.logger().Info("loaded snapshot", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+		k.lastGood.Store(l.Taken.UnixMicro())
+		k.logger().Info("loaded snapshot", "path", k.Path(), "buckets", l.Stored-l.Evicted, "read", l.Read,
+			"evicted", l.Evicted, "age", time.Since(l.Taken).Round(time.Second), "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
 
+// probeName is the file Restore writes and removes to learn that the data
+// directory takes a snapshot.
+const probeName = ".bucketd-write-check"
+
+// checkWritable writes a small file in dir, syncs it and removes it: what
+// a snapshot does, so a read-only, full or foreign directory fails here.
+func checkWritable(dir string) error {
+	p := filepath.Join(dir, probeName)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, 4096))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if rerr := os.Remove(p); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// removeLeftovers deletes the temporary files of snapshots that never
+// finished (Write removes its own on an error; a crash or kill -9 in the
+// middle leaves one behind, as large as a snapshot).
+func (k *Keeper) removeLeftovers() {
+	entries, err := os.ReadDir(k.Dir)
+	if err != nil {
+		return // the load that follows reports an unreadable directory
+	}
+	files, size := 0, int64(0)
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), FileName+".tmp-") {
+			continue
+		}
+		info, err := e.Info()
+		if err == nil {
+			err = os.Remove(filepath.Join(k.Dir, e.Name()))
+		}
+		if err != nil {
+			k.logger().Warn("could not remove a temporary snapshot file a previous run left behind", "err", err)
+			continue
+		}
+		files++
+		size += info.Size()
+	}
+	if files > 0 {
+		k.logger().Warn("removed temporary snapshot files a previous run left behind (it stopped in the middle of a snapshot)",
+			"dir", k.Dir, "files", files, "bytes", size)
+	}
+}
+
+// Loaded is what Load found and did.
+type Loaded struct {
+	Taken time.Time // when the snapshot was taken
+	Read  int       // records in the file
+	// Stored is how many records the shards took: the others had refilled
+	// during the downtime (or the shards held a newer state).
+	Stored int
+	// Evicted is how many buckets --max-buckets evicted while they were
+	// stored: at start, stored ones, so Stored-Evicted are kept.
+	Evicted int
+}
+
 // Load restores the snapshot into the shards, leaving out buckets that
 // have refilled during the downtime (they would be full, which is the same
-// as absent). It returns how many buckets it stored. A missing file is an
-// error for which errors.Is(err, os.ErrNotExist) holds; a corrupt one wraps
-// ErrCorrupt, and nothing of it is loaded. Once ctx ends it hands the
-// shards nothing more and returns ctx's error.
-func (k *Keeper) Load(ctx context.Context) (loaded int, err error) {
+// as absent). A missing file is an error for which errors.Is(err,
+// os.ErrNotExist) holds; a corrupt one wraps ErrCorrupt, and nothing of it
+// is loaded. Once ctx ends it hands the shards nothing more and returns
+// ctx's error.
+func (k *Keeper) Load(ctx context.Context) (l Loaded, err error) {
+	evictedBefore := k.Group.Stats().Evicted
 	chunk := make([]shard.Record, 0, restoreChunk)
 	flush := func() {
 		if err == nil {
@@ -90,11 +195,11 @@ func (k *Keeper) Load(ctx context.Context) (loaded int, err error) {
 		if len(chunk) > 0 && err == nil {
 			var n int
 			n, err = k.Group.Restore(chunk)
-			loaded += n
+			l.Stored += n
 			chunk = chunk[:0]
 		}
 	}
-	_, _, rerr := Read(k.Path(), func(r shard.Record) {
+	taken, read, rerr := Read(k.Path(), func(r shard.Record) {
 		if err != nil {
 			return // stopped: the rest of the file is only read through
 		}
@@ -104,35 +209,127 @@ func (k *Keeper) Load(ctx context.Context) (loaded int, err error) {
 	})
 	flush()
 	if rerr != nil {
-		return 0, rerr
+		return Loaded{}, rerr
 	}
-	return loaded, err
+	l.Taken, l.Read = time.UnixMicro(taken), read
+	l.Evicted = int(k.Group.Stats().Evicted - evictedBefore)
+	return l, err
 }
 
+// saveChunk is how many entries a Save takes from a shard at a time: a
+// pause of that shard of some tens of microseconds, and all of the
+// buckets a Save holds in memory at once.
+const saveChunk = 1024
+
 // Save writes a snapshot of every live bucket and returns how many it
-// wrote. A Save called while another runs waits for it.
-func (k *Keeper) Save() (int, error) {
+// wrote. It streams: shard after shard, a chunk at a time, each written
+// before the next is taken, so the shards serve clients in between and
+// memory holds one chunk, never a copy of all buckets. A Save called while
+// another runs waits for it. Save runs flat out, as the final snapshot
+// does; the periodic ones are paced (see pace).
+func (k *Keeper) Save() (int, error) { return k.save(nil) }
+
+// save is Save, paced until pacedUntil is closed (never paced when it is
+// nil): a periodic snapshot that a shutdown meets finishes flat out, so
+// the final one is not kept waiting.
+func (k *Keeper) save(pacedUntil <-chan struct{}) (int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var all []shard.Record
-	for i := range k.Group.Len() {
-		var err error
-		if all, err = k.Group.Dump(i, all); err != nil {
-			return 0, err
-		}
-	}
 	write := k.write
 	if write == nil {
 		write = Write
 	}
-	i := 0
-	return write(k.Path(), time.Now().UnixMicro(), func() (shard.Record, bool) {
-		if i == len(all) {
-			return shard.Record{}, false
+	taken := time.Now()
+	src := &stream{g: k.Group, chunk: make([]shard.Record, 0, saveChunk), pacedUntil: pacedUntil}
+	defer src.stop()
+	n, err := write(k.Path(), taken.UnixMicro(), src.next)
+	if err != nil {
+		k.failures.Add(1)
+		return 0, err
+	}
+	k.lastGood.Store(taken.UnixMicro())
+	return n, nil
+}
+
+// stream hands Write the live buckets of every shard, one shard after
+// the other, a chunk at a time (shard.Walk).
+type stream struct {
+	g     *shard.Group
+	shard int         // the next shard to walk
+	walk  *shard.Walk // the shard being walked; nil between two shards
+	chunk []shard.Record
+	pos   int // the next record of chunk to hand out
+
+	pacedUntil <-chan struct{} // see Keeper.save
+	since      time.Time       // when the work not yet paid for started
+	owed       time.Duration   // work done since the last pause
+}
+
+// paceQuantum is the work a paced snapshot does between two pauses.
+const paceQuantum = 2 * time.Millisecond
+
+// pace runs between two chunks of a periodic snapshot. It lets every
+// goroutine that is ready run first (with GOMAXPROCS=1 the snapshot would
+// otherwise hold the only P for the scheduler's 10 ms time slice), and it
+// rests as long as the snapshot worked, in pauses of at least
+// paceQuantum, so a snapshot takes at most half a core however large it
+// is: on a busy machine or under a CPU limit, serving is not starved
+// while it runs. A paced snapshot takes about twice as long as one flat
+// out (about 1.6 s instead of 0.8 s at 4 million buckets).
+func (s *stream) pace() {
+	runtime.Gosched()
+	now := time.Now()
+	if !s.since.IsZero() {
+		s.owed += now.Sub(s.since)
+	}
+	if s.owed >= paceQuantum {
+		time.Sleep(s.owed) // the pause is the point: leave the CPU to serving
+		s.owed, now = 0, time.Now()
+	}
+	s.since = now
+}
+
+func (s *stream) next() (shard.Record, bool, error) {
+	for s.pos == len(s.chunk) {
+		if s.pacedUntil != nil {
+			select {
+			case <-s.pacedUntil:
+				s.pacedUntil = nil
+			default:
+				s.pace()
+			}
 		}
-		i++
-		return all[i-1], true
-	})
+		if s.walk == nil {
+			if s.shard == s.g.Len() {
+				return shard.Record{}, false, nil
+			}
+			w, err := s.g.Walk(s.shard)
+			if err != nil {
+				return shard.Record{}, false, err
+			}
+			s.walk, s.shard = w, s.shard+1
+		}
+		var done bool
+		var err error
+		s.chunk, done, err = s.walk.Next(s.chunk[:0], saveChunk)
+		s.pos = 0
+		if err != nil {
+			return shard.Record{}, false, err
+		}
+		if done {
+			s.walk = nil
+		}
+	}
+	s.pos++
+	return s.chunk[s.pos-1], true, nil
+}
+
+// stop ends a walk that an error left unfinished, so its shard stops
+// keeping track of it.
+func (s *stream) stop() {
+	if s.walk != nil {
+		s.walk.Stop() //nolint:errcheck // fails only once the group is closed, which ends the walk too
+	}
 }
 
 // Run saves a snapshot every interval until ctx ends; failures are logged.
@@ -151,7 +348,7 @@ func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
 				return // both were ready: stopping wins over one more snapshot
 			}
 			start := time.Now()
-			n, err := k.Save()
+			n, err := k.save(ctx.Done())
 			if err != nil {
 				k.logger().Error("snapshot failed; the previous one stays", "path", k.Path(), "err", err)
 				continue
@@ -161,15 +358,28 @@ func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Final writes the shutdown snapshot and logs the outcome; a failure
-// leaves the previous snapshot in place. Call it after Run has returned
-// and once nothing changes the buckets any more.
-func (k *Keeper) Final() {
+// Final writes the shutdown snapshot and logs the outcome. Call it after
+// Run has returned and once nothing changes the buckets any more. A
+// failure leaves the previous snapshot in place, and the error says what
+// is lost: the state of the live buckets, and which older snapshot the
+// next start loads instead, if any.
+func (k *Keeper) Final() error {
 	start := time.Now()
 	n, err := k.Save()
 	if err != nil {
 		k.logger().Error("final snapshot failed; the previous one stays", "path", k.Path(), "err", err)
-		return
+		return k.lost(err)
 	}
 	k.logger().Info("snapshot written", "path", k.Path(), "buckets", n, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// lost turns a failed final snapshot into what it means for the next start.
+func (k *Keeper) lost(err error) error {
+	next := "there is no earlier snapshot there, so the next start begins with no buckets"
+	if taken, terr := Taken(k.Path()); terr == nil {
+		next = fmt.Sprintf("the next start loads the earlier snapshot there, taken %s ago", time.Since(taken).Round(time.Second))
+	}
+	return fmt.Errorf("final snapshot failed: the state of %d buckets was not saved to %s (%s): %w",
+		k.Group.Stats().Buckets, k.Dir, next, err)
 }

@@ -71,7 +71,7 @@ func TestSavesDoNotOverlap(t *testing.T) {
 	writing, calls := 0, 0
 	overlapped := false
 	entered, hold := make(chan struct{}), make(chan struct{})
-	k.write = func(path string, taken int64, next func() (shard.Record, bool)) (int, error) {
+	k.write = func(path string, taken int64, next func() (shard.Record, bool, error)) (int, error) {
 		mu.Lock()
 		writing++
 		calls++
@@ -126,7 +126,9 @@ func TestRunStopsBeforeFinal(t *testing.T) {
 	if _, err := k.Group.Restore([]shard.Record{drained("last")}); err != nil {
 		t.Fatal(err)
 	}
-	k.Final()
+	if err := k.Final(); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(log.String(), `level=INFO msg="snapshot written"`) {
 		t.Fatalf("no final snapshot line:\n%s", log)
 	}
@@ -140,11 +142,16 @@ func TestFinalFailureKeepsThePreviousSnapshot(t *testing.T) {
 	if _, err := k.Group.Restore([]shard.Record{drained("a")}); err != nil {
 		t.Fatal(err)
 	}
-	k.Final()
+	if err := k.Final(); err != nil {
+		t.Fatal(err)
+	}
 	k.Group.Close()
-	k.Final() // the shards are closed: the dump fails
+	err := k.Final() // the shards are closed: the walk fails
 	if !strings.Contains(log.String(), `level=ERROR msg="final snapshot failed; the previous one stays"`) {
 		t.Fatalf("no failure line:\n%s", log)
+	}
+	if !errors.Is(err, shard.ErrClosed) {
+		t.Fatalf("Final: %v, want the cause wrapped", err)
 	}
 	if keys := keysIn(t, k.Path()); len(keys) != 1 || keys[0] != "a" {
 		t.Fatalf("snapshot holds %q, want the previous one [a]", keys)
@@ -183,7 +190,9 @@ func TestRestorePolicy(t *testing.T) {
 		if _, err := k.Group.Restore([]shard.Record{drained("a"), drained("b")}); err != nil {
 			t.Fatal(err)
 		}
-		k.Final()
+		if err := k.Final(); err != nil {
+			t.Fatal(err)
+		}
 		k2, log := newKeeper(t, dir)
 		if err := k2.Restore(context.Background(), false); err != nil {
 			t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -55,8 +56,10 @@ var kindByte = [...]byte{shard.TokenBucket: 0, shard.GCRA: 1}
 
 // Write stores the records in path atomically: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. next is called until it
-// returns false; it lets the caller stream records without building a slice.
-func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool)) (n int, err error) {
+// returns false; it lets the caller stream records without building a
+// slice. An error from next ends the write: the temporary file is removed
+// and the snapshot in path stays as it was.
+func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool, error)) (n int, err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
@@ -75,14 +78,21 @@ func Write(path string, takenUnixMicros int64, next func() (shard.Record, bool))
 
 // encode writes the whole file body to w: header, records, end marker and
 // checksum.
-func encode(w io.Writer, takenUnixMicros int64, next func() (shard.Record, bool)) (int, error) {
+func encode(w io.Writer, takenUnixMicros int64, next func() (shard.Record, bool, error)) (int, error) {
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 	bw.WriteString(magic)
 	bw.Write(binary.LittleEndian.AppendUint64(nil, uint64(takenUnixMicros)))
 	n := 0
 	var buf []byte
-	for r, ok := next(); ok; r, ok = next() {
+	for {
+		r, ok, err := next()
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
 		buf = appendRecord(buf[:0], &r)
 		bw.Write(buf)
 		n++
@@ -150,6 +160,22 @@ func Read(path string, fn func(shard.Record)) (takenUnixMicros int64, n int, err
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	return taken, n, nil
+}
+
+// Taken returns when the snapshot in path was taken, from its header
+// alone: the checksum is not verified.
+func Taken(path string) (time.Time, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer f.Close()
+	d := &decoder{r: bufio.NewReaderSize(f, len(magic)+8)}
+	taken, err := d.header()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return time.UnixMicro(taken), nil
 }
 
 func corrupt(format string, args ...any) error {

@@ -26,16 +26,21 @@ func records() []Record {
 // Record is the record type of the file format: shard's.
 type Record = shard.Record
 
-func write(t *testing.T, path string, recs []Record) {
-	t.Helper()
+// from returns Write's next function over recs.
+func from(recs []Record) func() (Record, bool, error) {
 	i := 0
-	n, err := Write(path, 123456789, func() (Record, bool) {
+	return func() (Record, bool, error) {
 		if i == len(recs) {
-			return Record{}, false
+			return Record{}, false, nil
 		}
 		i++
-		return recs[i-1], true
-	})
+		return recs[i-1], true, nil
+	}
+}
+
+func write(t *testing.T, path string, recs []Record) {
+	t.Helper()
+	n, err := Write(path, 123456789, from(recs))
 	if err != nil || n != len(recs) {
 		t.Fatalf("Write: %d, %v", n, err)
 	}
@@ -111,15 +116,7 @@ func TestCorruptionIsDetectedAndLoadsNothing(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	dir := f.TempDir()
 	path := filepath.Join(dir, "seed")
-	i := 0
-	recs := records()[:3]
-	if _, err := Write(path, 1, func() (Record, bool) {
-		if i == len(recs) {
-			return Record{}, false
-		}
-		i++
-		return recs[i-1], true
-	}); err != nil {
+	if _, err := Write(path, 1, from(records()[:3])); err != nil {
 		f.Fatal(err)
 	}
 	seed, _ := os.ReadFile(path)
