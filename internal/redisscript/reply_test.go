@@ -61,6 +61,9 @@ func TestClassify(t *testing.T) {
 		{replyErr("OOM command not allowed when used memory > 'maxmemory'."), Reply},
 		{replyErr("READONLY You can't write against a read only replica."), Reply},
 		{replyErr("ERR unknown command 'CLIENT'"), Reply},
+		{replyErr("MOVED 3999 127.0.0.1:6381"), Redirect},
+		{replyErr("ASK 3999 127.0.0.1:6381"), Redirect},
+		{replyErr("ASKING is not a reply"), Reply},
 		{context.DeadlineExceeded, Transport},
 		{errors.New("ERR invalid rate: not from Redis"), Transport},
 	} {
