@@ -170,80 +170,101 @@ func faultConnection(t *testing.T, s *Store, keys [][]string, g int, outage *ato
 	}
 }
 
-// checkClusterOutage checks and logs what the clients were told and what
-// Redis charged (see TestClusterMasterDown).
-func checkClusterOutage(t *testing.T, how string, s *Store, direct *redis.ClusterClient, ops []faultOp, st *stallMeter, dead int) {
+// outageTally is what the clients of TestClusterMasterDown were told.
+type outageTally struct {
+	fromRedis, fromPolicy int // live-slot answers during the outage
+	// Live-slot answers from the policy over the whole run (warm-up
+	// included), with and without stalls to explain them.
+	excused, unexcused int
+	deadOps, deadRedis int           // dead-slot answers during the outage
+	slowestDead        time.Duration // without the stalls it overlapped
+	allowed            map[string]int
+}
+
+// tally counts ops; a policy answer is excused when its Run overlapped
+// stalls of at least excuse.
+func tally(t *testing.T, ops []faultOp, st *stallMeter, dead int, policy bucket.Decision, excuse time.Duration) outageTally {
 	t.Helper()
-	policy := FailClosedDecision(s.cfg.Timeout)
-	bound := failureBound(s.cfg.Timeout)
-	excuse := s.cfg.Timeout / 4
-	var fromRedis, fromPolicy, excused, unexcused, deadOps, deadRedis int
-	var slowestDead time.Duration
-	allowed := map[string]int{}
+	n := outageTally{allowed: map[string]int{}}
 	for _, op := range ops {
 		d := op.answer.Decision
 		if op.answer.Err != nil || (!d.Allowed && d != policy) {
 			t.Fatalf("key %s: answer %+v is neither Redis's allowed nor the policy's %+v", op.key, op.answer, policy)
 		}
-		if op.node == dead {
-			if op.outage {
-				deadOps++
-				if d.Allowed {
-					deadRedis++
-				}
-				// The bound holds for the time the machine was running.
-				slowestDead = max(slowestDead, op.end.Sub(op.start)-st.overlap(op.start, op.end))
-			}
-			continue
-		}
-		if d.Allowed {
-			allowed[op.key]++
-		}
-		if !op.outage {
-			continue
-		}
+		stalled := st.overlap(op.start, op.end)
 		switch {
+		case op.node == dead && op.outage:
+			n.deadOps++
+			if d.Allowed {
+				n.deadRedis++
+			}
+			n.slowestDead = max(n.slowestDead, op.end.Sub(op.start)-stalled)
+		case op.node == dead:
 		case d.Allowed:
-			fromRedis++
-		case st.overlap(op.start, op.end) >= excuse:
-			fromPolicy++
-			excused++
+			n.allowed[op.key]++
+			if op.outage {
+				n.fromRedis++
+			}
 		default:
-			fromPolicy++
-			unexcused++
+			if op.outage {
+				n.fromPolicy++
+			}
+			if stalled >= excuse {
+				n.excused++
+			} else {
+				n.unexcused++
+			}
 		}
 	}
-	charged, chargedButDenied := 0, 0
+	return n
+}
+
+// charged returns the tokens Redis spent on the keys of allowed and how
+// many of them no client was told allowed.
+func charged(t *testing.T, direct *redis.ClusterClient, allowed map[string]int) (spentAll, chargedButDenied int) {
+	t.Helper()
 	for key, n := range allowed {
 		state, ok := redistest.StoredBucket(t, direct, "tb:"+key)
 		if !ok {
 			t.Fatalf("key tb:%s: %d allowed answers but no bucket in Redis", key, n)
 		}
 		spent := int(math.Round(faultLimit.Capacity - state.Tokens))
-		charged += spent
+		spentAll += spent
 		if spent < n {
 			t.Errorf("key tb:%s: %d allowed answers but Redis spent only %d tokens", key, n, spent)
 		}
 		chargedButDenied += spent - n
 	}
-	t.Logf("master %d %s, timeout %v, fail-closed: live-slot answers %d from Redis, %d from the policy (%d of them in a Run that overlapped stalls of this process or a live master of >= %v); "+
-		"live-slot keys: %d tokens charged by Redis, charged-but-denied %d; dead-slot answers %d, %d from the policy, slowest %v without stalls (bound %v); worst stall %v",
-		dead, how, s.cfg.Timeout, fromRedis, fromPolicy, excused, excuse, charged, chargedButDenied,
-		deadOps, deadOps-deadRedis, slowestDead.Round(time.Microsecond), bound, st.worst().Round(time.Microsecond))
-	if fromRedis+fromPolicy == 0 || deadOps == 0 {
-		t.Fatalf("the load did not reach both sides: %d live-slot and %d dead-slot answers during the outage", fromRedis+fromPolicy, deadOps)
+	return spentAll, chargedButDenied
+}
+
+// checkClusterOutage checks and logs what the clients were told and what
+// Redis charged (see TestClusterMasterDown).
+func checkClusterOutage(t *testing.T, how string, s *Store, direct *redis.ClusterClient, ops []faultOp, st *stallMeter, dead int) {
+	t.Helper()
+	bound := failureBound(s.cfg.Timeout)
+	excuse := s.cfg.Timeout / 4
+	n := tally(t, ops, st, dead, FailClosedDecision(s.cfg.Timeout), excuse)
+	spent, chargedButDenied := charged(t, direct, n.allowed)
+	t.Logf("master %d %s, timeout %v, fail-closed: during the outage live-slot answers %d from Redis, %d from the policy; "+
+		"whole run: %d tokens charged on live-slot keys, charged-but-denied %d, live-slot policy answers %d in Runs that overlapped stalls >= %v and %d without; "+
+		"dead-slot answers %d, %d from the policy, slowest %v without stalls (bound %v); worst stall %v",
+		dead, how, s.cfg.Timeout, n.fromRedis, n.fromPolicy, spent, chargedButDenied, n.excused, excuse, n.unexcused,
+		n.deadOps, n.deadOps-n.deadRedis, n.slowestDead.Round(time.Microsecond), bound, st.worst().Round(time.Microsecond))
+	if n.fromRedis+n.fromPolicy == 0 || n.deadOps == 0 {
+		t.Fatalf("the load did not reach both sides: %d live-slot and %d dead-slot answers during the outage", n.fromRedis+n.fromPolicy, n.deadOps)
 	}
-	if unexcused > 0 {
-		t.Errorf("%d answers on keys of live masters came from the policy with no stall of this process or a live master to explain them; want every one from Redis", unexcused)
+	if n.unexcused > 0 {
+		t.Errorf("%d answers on keys of live masters came from the policy with no stall of this process or a live master to explain them; want every one from Redis", n.unexcused)
 	}
-	if chargedButDenied > excused {
-		t.Errorf("charged-but-denied %d: Redis spent tokens for denied answers beyond the %d answers stalls can explain; want 0", chargedButDenied, excused)
+	if chargedButDenied > n.excused {
+		t.Errorf("charged-but-denied %d: Redis spent tokens for denied answers beyond the %d answers stalls can explain; want 0", chargedButDenied, n.excused)
 	}
-	if deadRedis > 0 {
-		t.Errorf("%d dead-slot answers allowed while the master was down; want the policy's", deadRedis)
+	if n.deadRedis > 0 {
+		t.Errorf("%d dead-slot answers allowed while the master was down; want the policy's", n.deadRedis)
 	}
-	if slowestDead > bound {
-		t.Errorf("a dead-slot answer took %v beyond the machine's stalls; want within %v", slowestDead, bound)
+	if n.slowestDead > bound {
+		t.Errorf("a dead-slot answer took %v beyond the stalls; want within %v", n.slowestDead, bound)
 	}
 }
 

@@ -14,8 +14,13 @@ import (
 // together. It is made per pipeline and never reused, so a timer or a
 // worker that finishes late can only touch its own pipe. Its commands are
 // in the worker's redisscript.Batch, call i for refs[i].
+//
+// The pipeline's context ends at the latest deadline of its operations,
+// so that an operation that joined late still gets Redis's reply when it
+// comes in its own time; the timer answers each operation with the policy
+// at its own deadline.
 type pipe struct {
-	deadline time.Time
+	deadline time.Time // the latest of the refs' deadlines
 	refs     []ref
 	// answered[i] goes from 0 to 1 when refs[i] is answered: by the worker
 	// with Redis's reply, or by the timer with the policy's answer,
@@ -25,9 +30,10 @@ type pipe struct {
 
 // ref is one operation in a pipe.
 type ref struct {
-	c    *Caller
-	i    int32       // index in c.ops and c.results
-	kind decide.Kind // copied: c.ops is the connection's once answered
+	c        *Caller
+	i        int32       // index in c.ops and c.results
+	kind     decide.Kind // copied: c.ops is the connection's once answered
+	deadline time.Time   // copied: c.deadline is the next Run's once answered
 }
 
 // newPipe returns a pipe with the operations of part for Redis, with room
@@ -41,11 +47,11 @@ func newPipe(part *part, size int) *pipe {
 // add puts the operations of part into p.
 func (p *pipe) add(part *part) {
 	c := part.c
-	if len(p.refs) == 0 || c.deadline.Before(p.deadline) {
+	if len(p.refs) == 0 || c.deadline.After(p.deadline) {
 		p.deadline = c.deadline
 	}
 	for _, i := range part.ops {
-		p.refs = append(p.refs, ref{c: c, i: i, kind: c.ops[i].Kind})
+		p.refs = append(p.refs, ref{c: c, i: i, kind: c.ops[i].Kind, deadline: c.deadline})
 	}
 }
 
@@ -168,12 +174,48 @@ func (s *Store) expireOps(c *Caller, ops []int32, err error, node string) {
 	s.logError(msg, err, len(ops), node)
 }
 
-// expirePipe answers the operations of p that are still unanswered with the
-// policy: the timer's path, when the Redis client has not returned by the
-// deadline (plus grace).
-func (s *Store) expirePipe(p *pipe, node string) {
+// due is when the timer answers ref r of p if Redis has not: at its
+// deadline, or, for the operations whose deadline ends the pipeline's
+// context, a grace period later, so that the Redis client's own answer at
+// the deadline comes first.
+func (s *Store) due(p *pipe, r *ref) time.Time {
+	if r.deadline.Before(p.deadline) {
+		return r.deadline
+	}
+	return p.deadline.Add(s.grace)
+}
+
+// guard arms the timer that answers the operations of p still unanswered
+// when they are due (the safety net: whatever the Redis client does, every
+// operation is answered shortly after its deadline). The timer of a pipe
+// whose operations have different deadlines fires once per deadline, each
+// time answering those due and arming the next; a worker that finishes
+// first stops only the first one, and the others find their operations
+// answered.
+func (s *Store) guard(p *pipe, at time.Time, node string) *time.Timer {
+	return time.AfterFunc(time.Until(at), func() {
+		if next, ok := s.expirePipe(p, node); ok {
+			s.guard(p, next, node)
+		}
+	})
+}
+
+// expirePipe answers the operations of p that are still unanswered and
+// due with the policy, and returns when the next unanswered one is due,
+// false when none is left.
+func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
+	now := time.Now()
 	n := 0
 	for i := range p.refs {
+		if p.answered[i].Load() != 0 {
+			continue
+		}
+		if due := s.due(p, &p.refs[i]); due.After(now) {
+			if !left || due.Before(next) {
+				next, left = due, true
+			}
+			continue
+		}
 		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
 			n++
 		}
@@ -181,6 +223,7 @@ func (s *Store) expirePipe(p *pipe, node string) {
 	if n > 0 {
 		s.logError("no reply from Redis within the timeout", context.DeadlineExceeded, n, node)
 	}
+	return next, left
 }
 
 // failResult is the policy's answer to an operation Redis could not answer.
@@ -237,10 +280,13 @@ func (w *worker) execute(p *pipe) {
 	ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
 	defer cancel()
 	w.build(ctx, p)
-	// The safety net: whatever the Redis client does, the operations are
-	// answered shortly after the deadline.
-	guard := time.AfterFunc(time.Until(p.deadline)+s.grace, func() { s.expirePipe(p, l.addr) })
-	defer guard.Stop()
+	first := p.deadline.Add(s.grace)
+	for i := range p.refs {
+		if due := s.due(p, &p.refs[i]); due.Before(first) {
+			first = due
+		}
+	}
+	defer s.guard(p, first, l.addr).Stop()
 
 	s.scriptLoads.Add(int64(l.send(ctx, &w.batch)))
 	var lastErr error
