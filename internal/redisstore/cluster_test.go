@@ -17,15 +17,6 @@ import (
 // Store mode on a Redis Cluster: each master has its own lane; slot
 // migrations (MOVED, ASK) are followed without running anything twice.
 
-// nodeClient returns a plain client of the node at addr, closed when the
-// test ends.
-func nodeClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() }) // the node may have been stopped
-	return c
-}
-
 // do runs a command on c and fails the test on an error.
 func do(t *testing.T, c *redis.Client, args ...any) any {
 	t.Helper()
