@@ -84,11 +84,11 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	return c.results, nil
 }
 
-// resetParts empties c's parts for a new routing, keeping their slices.
+// resetParts empties c's parts for a new routing; part reuses their
+// slices.
 func (c *Caller) resetParts() {
 	for i := range c.parts {
 		c.parts[i].lane = nil
-		c.parts[i].ops = c.parts[i].ops[:0]
 	}
 	c.parts = c.parts[:0]
 	c.unrouted = c.unrouted[:0]
@@ -109,7 +109,7 @@ func (c *Caller) part(l *lane) *part {
 		c.parts = append(c.parts, part{})
 	}
 	p := &c.parts[len(c.parts)-1]
-	p.c, p.lane = c, l
+	p.c, p.lane, p.ops = c, l, p.ops[:0]
 	return p
 }
 

@@ -28,9 +28,6 @@ type lane struct {
 	node  atomic.Pointer[redis.Client]
 	queue chan *part
 	idle  chan *worker // workers ready for a pipeline
-	// retired is set, under the store's mu, when an idle cluster lane is
-	// taken out of Store.lanes and its queue closed.
-	retired bool
 }
 
 // laneIdle is how long a cluster lane waits without work before it stops
@@ -187,10 +184,9 @@ func (s *Store) retire(l *lane) {
 		return
 	}
 	defer s.mu.Unlock()
-	if s.closed || l.retired || len(l.queue) > 0 {
-		return
+	if s.closed || len(l.queue) > 0 {
+		return // Close closes the queue; a part came meanwhile
 	}
-	l.retired = true
 	delete(s.lanes, l.addr)
 	close(l.queue)
 }

@@ -90,10 +90,9 @@ type Store struct {
 	fail    decide.Answer // the policy's answer to acquire and peek
 	grace   time.Duration // how long after the deadline the timer steps in
 
-	// mu guards closed, lanes and the lanes' retired flags: held shared
-	// while a Run routes its operations and queues them, exclusively to
-	// close a lane's queue (Close, an idle cluster lane retiring) or to add
-	// a lane.
+	// mu guards closed and lanes: held shared while a Run routes its
+	// operations and queues them, exclusively to close a lane's queue
+	// (Close, an idle cluster lane retiring) or to add a lane.
 	mu     sync.RWMutex
 	closed bool
 	single *lane            // standalone: the only lane
