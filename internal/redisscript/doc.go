@@ -16,6 +16,9 @@
 //   - Sending: EVALSHA, and EVAL only for the commands Redis answered
 //     NOSCRIPT (it ran nothing of them): once per node first, then for all
 //     that still fail. No command is ever sent again by go-redis itself.
+//     SendNode sends a batch to one master of a cluster on that master's
+//     own connection, and only the commands it answered MOVED or ASK (it
+//     ran nothing of them) again through the cluster client.
 //   - Replies: a batch's array of per-call replies with error elements
 //     (Batch.Reply), the acquire/peek reply as a bucket.Decision
 //     (ParseDecision), and what an error means (Classify).

@@ -96,6 +96,11 @@ const (
 	OOM
 	// Reply: any other error reply (READONLY, MISCONF, a script error).
 	Reply
+	// Redirect: MOVED or ASK from a Redis Cluster master: the key's slot is
+	// served by another node (or is moving there), and this one ran
+	// nothing. SendNode sends such commands again through the cluster
+	// client, which follows the redirection.
+	Redirect
 	// Transport: no reply at all: a timeout, a broken connection, the
 	// context ending. Redis may or may not have run the command.
 	Transport
@@ -116,6 +121,8 @@ func Classify(err error) Class {
 		return NoScript
 	case redis.HasErrorPrefix(re, "WRONGTYPE"):
 		return WrongType
+	case isRedirect(err):
+		return Redirect
 	case strings.HasPrefix(re.Error(), "ERR invalid "):
 		return Invalid
 	case redis.HasErrorPrefix(re, "OOM") || strings.Contains(re.Error(), ": -OOM "):
@@ -124,6 +131,16 @@ func Classify(err error) Class {
 		return OOM
 	}
 	return Reply
+}
+
+// isRedirect reports whether err is MOVED or ASK, as go-redis's cluster
+// client reads them (and so follows them).
+func isRedirect(err error) bool {
+	if _, moved := redis.IsMovedError(err); moved {
+		return true
+	}
+	_, ask := redis.IsAskError(err)
+	return ask
 }
 
 // IsReply reports whether err is an error reply from Redis, as opposed to

@@ -64,6 +64,9 @@ func TestClassify(t *testing.T) {
 		{replyErr("ERR Error running script: @user_script:1: user_script:1: attempt to index a nil value"), Reply},
 		{replyErr("READONLY You can't write against a read only replica."), Reply},
 		{replyErr("ERR unknown command 'CLIENT'"), Reply},
+		{replyErr("MOVED 3999 127.0.0.1:6381"), Redirect},
+		{replyErr("ASK 3999 127.0.0.1:6381"), Redirect},
+		{replyErr("ASKING is not a reply"), Reply},
 		{context.DeadlineExceeded, Transport},
 		{errors.New("ERR invalid rate: not from Redis"), Transport},
 	} {

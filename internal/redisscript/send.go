@@ -45,6 +45,33 @@ func (b *Batch) Send(ctx context.Context, client redis.UniversalClient) (evals i
 	return evals
 }
 
+// SendNode sends the commands of the last Build to node, one master of
+// cluster (go-redis's own client for it, cluster.MasterForKey), in one
+// pipeline on that master's connection, handling NOSCRIPT as Send does.
+// Nothing of another master is in the pipeline, so another master that is
+// down or slow cannot delay or fail these commands, and a reply this master
+// sent is never replaced by an error. Commands the master answered MOVED
+// or ASK (it ran nothing of them: the slot is served elsewhere now, or is
+// moving) are then sent again one at a time through cluster, which follows
+// the redirection and learns the new slot map. It returns how many EVAL it
+// sent. ctx bounds all of it.
+func (b *Batch) SendNode(ctx context.Context, node *redis.Client, cluster *redis.ClusterClient) (evals int) {
+	evals = b.Send(ctx, node)
+	for k, cmd := range b.cmds {
+		if Classify(cmd.Err()) != Redirect {
+			continue
+		}
+		b.cmds[k] = clone(ctx, cmd, false)
+		_ = cluster.Process(ctx, noRetry{b.cmds[k]}) // the outcome is in the command
+		if Classify(b.cmds[k].Err()) == NoScript {
+			b.cmds[k] = clone(ctx, b.cmds[k], true)
+			_ = cluster.Process(ctx, noRetry{b.cmds[k]})
+			evals++
+		}
+	}
+	return evals
+}
+
 // exec sends cmds in one pipeline. Each command carries its own result.
 func exec(ctx context.Context, client redis.UniversalClient, cmds []*redis.Cmd) {
 	if len(cmds) == 0 {
@@ -102,6 +129,16 @@ func again(ctx context.Context, cmd *redis.Cmd, eval bool) *redis.Cmd {
 		args = append([]any{&wordEval, &scriptSrc}, args[2:]...)
 	}
 	return newCmd(ctx, args, 3)
+}
+
+// clone returns a new command with the arguments of cmd, a DEL or a
+// script command (as again, with eval for an EVALSHA).
+func clone(ctx context.Context, cmd *redis.Cmd, eval bool) *redis.Cmd {
+	args := cmd.Args()
+	if w, ok := args[0].(*string); ok && w == &wordDel {
+		return newCmd(ctx, args, 1)
+	}
+	return again(ctx, cmd, eval)
 }
 
 // keyOf returns the first key of a script command (EVALSHA sha numkeys key …).

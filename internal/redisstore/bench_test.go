@@ -55,6 +55,34 @@ func BenchmarkStoreAcquireParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkClusterStoreAcquireParallel is BenchmarkStoreAcquireParallel
+// against a three-master Redis Cluster: each operation its own EVALSHA, each
+// master's share of a pipeline sent by that master's own lane.
+func BenchmarkClusterStoreAcquireParallel(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	s := startStore(b, cl.Client(clusterOptions()), Config{Prefix: "tb:", Timeout: exactTimeout})
+	loadScript(b, s)
+	keys := benchKeyNames()
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := s.NewCaller().(*Caller)
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+		for pb.Next() {
+			c.Add(decide.Request{Kind: decide.Acquire, Key: keys[rng.IntN(len(keys))], Limit: benchLimit, Cost: 1})
+			rs, err := c.Run()
+			if err != nil || !rs[0].Decision.Allowed {
+				b.Fatalf("acquire: %+v, %v (errors %d, degraded %d)", rs, err, s.Errors(), s.Degraded())
+			}
+		}
+	})
+	b.StopTimer()
+	if s.Errors() != 0 {
+		b.Fatalf("%d errors", s.Errors())
+	}
+}
+
 // BenchmarkDirectEVALSHAParallel is the baseline: the same calls made with
 // EVALSHA by go-redis directly, one command per round trip per goroutine,
 // as clients that call the script themselves do.

@@ -17,13 +17,31 @@ type Caller struct {
 	ops     []decide.Request
 	results []decide.Answer
 	// deadline is when the operations must be answered, set by Run before
-	// the Caller is queued and read by the dispatcher and the workers.
+	// the Caller's parts are queued and read by the dispatchers and the
+	// workers.
 	deadline time.Time
 	// pending counts the operations of this Run not answered yet; whoever
 	// answers the last one sends on done.
 	pending atomic.Int32
 	done    chan struct{} // buffer 1: the last answer never blocks
 	local   int           // operations Run answered itself (not for Redis)
+	// parts are the Run's Redis operations by lane: one part on a
+	// standalone Redis, one per master involved on a cluster. Each part's
+	// ops slice is kept for the next Run.
+	parts []part
+	// unrouted are operations no lane could take (a cluster whose slot map
+	// is not known), answered by the policy with routeErr.
+	unrouted []int32
+	routeErr error
+}
+
+// part is the operations of one Run for one lane, in the order they were
+// added: a connection's operations on one key are always in one part, so
+// they reach Redis in order.
+type part struct {
+	c    *Caller
+	lane *lane
+	ops  []int32 // indexes in c.ops and c.results
 }
 
 // Add queues r for the next Run. r.Key must stay valid until Run returns.
@@ -66,28 +84,81 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	return c.results, nil
 }
 
-// remote returns the number of operations of this Run that go to Redis.
-func (c *Caller) remote() int { return len(c.ops) - c.local }
-
-// submit hands c to an idle worker when nothing waits (one goroutine hop
-// fewer when the store is not busy), or else queues it for the dispatcher,
-// waiting while the queue is full.
-func (s *Store) submit(c *Caller) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
+// resetParts empties c's parts for a new routing; part reuses their
+// slices.
+func (c *Caller) resetParts() {
+	for i := range c.parts {
+		c.parts[i].lane = nil
 	}
-	if len(s.queue) == 0 {
+	c.parts = c.parts[:0]
+	c.unrouted = c.unrouted[:0]
+	c.routeErr = nil
+}
+
+// part returns c's part for lane l, adding it (reusing a kept slice) if
+// this Run has none yet.
+func (c *Caller) part(l *lane) *part {
+	for i := range c.parts {
+		if c.parts[i].lane == l {
+			return &c.parts[i]
+		}
+	}
+	if len(c.parts) < cap(c.parts) {
+		c.parts = c.parts[:len(c.parts)+1]
+	} else {
+		c.parts = append(c.parts, part{})
+	}
+	p := &c.parts[len(c.parts)-1]
+	p.c, p.lane, p.ops = c, l, p.ops[:0]
+	return p
+}
+
+// submit routes c's operations to their lanes and hands each part to an
+// idle worker of its lane when nothing waits there (one goroutine hop
+// fewer when the store is not busy), or else queues it for the lane's
+// dispatcher, waiting while that queue is full. Operations that cannot be
+// routed are answered by the policy.
+func (s *Store) submit(c *Caller) error {
+	if s.cluster != nil && !s.slotsKnown.Load() {
+		s.learnSlots(c.deadline)
+	}
+	s.mu.RLock()
+	for {
+		if s.closed {
+			s.mu.RUnlock()
+			return ErrClosed
+		}
+		missing, ok := s.route(c)
+		if ok {
+			break
+		}
+		s.mu.RUnlock()
+		s.addLane(missing)
+		s.mu.RLock()
+	}
+	defer s.mu.RUnlock()
+	if len(c.unrouted) > 0 {
+		s.expireOps(c, c.unrouted, c.routeErr, "")
+	}
+	for i := range c.parts {
+		s.enqueue(&c.parts[i])
+	}
+	return nil
+}
+
+// enqueue hands p to an idle worker of its lane or queues it. Called under
+// the store's mu (shared), so the lane's queue is open.
+func (s *Store) enqueue(p *part) {
+	l := p.lane
+	if len(l.queue) == 0 {
 		select {
-		case w := <-s.idle:
-			w.in <- newPipe(c, c.remote()) // buffer 1, the worker is idle: never blocks
-			return nil
+		case w := <-l.idle:
+			w.in <- newPipe(p, len(p.ops)) // buffer 1, the worker is idle: never blocks
+			return
 		default:
 		}
 	}
-	s.queue <- c
-	return nil
+	l.queue <- p
 }
 
 // answer stores r as the result of operation i of c; the last answer of the

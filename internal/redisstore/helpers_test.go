@@ -112,3 +112,12 @@ func freeAddr(t testing.TB) string {
 	}
 	return addr
 }
+
+// nodeClient returns a plain client of the node at addr, closed when the
+// test ends.
+func nodeClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() }) // the node may have been stopped
+	return c
+}

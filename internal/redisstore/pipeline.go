@@ -14,8 +14,13 @@ import (
 // together. It is made per pipeline and never reused, so a timer or a
 // worker that finishes late can only touch its own pipe. Its commands are
 // in the worker's redisscript.Batch, call i for refs[i].
+//
+// The pipeline's context ends at the latest deadline of its operations,
+// so that an operation that joined late still gets Redis's reply when it
+// comes in its own time; the timer answers each operation with the policy
+// at its own deadline.
 type pipe struct {
-	deadline time.Time
+	deadline time.Time // the latest of the refs' deadlines
 	refs     []ref
 	// answered[i] goes from 0 to 1 when refs[i] is answered: by the worker
 	// with Redis's reply, or by the timer with the policy's answer,
@@ -25,35 +30,36 @@ type pipe struct {
 
 // ref is one operation in a pipe.
 type ref struct {
-	c    *Caller
-	i    int32       // index in c.ops and c.results
-	kind decide.Kind // copied: c.ops is the connection's once answered
+	c        *Caller
+	i        int32       // index in c.ops and c.results
+	kind     decide.Kind // copied: c.ops is the connection's once answered
+	deadline time.Time   // copied: c.deadline is the next Run's once answered
 }
 
-// newPipe returns a pipe with the operations of c for Redis, with room for
-// size operations.
-func newPipe(c *Caller, size int) *pipe {
+// newPipe returns a pipe with the operations of part for Redis, with room
+// for size operations.
+func newPipe(part *part, size int) *pipe {
 	p := &pipe{refs: make([]ref, 0, size)}
-	p.add(c)
+	p.add(part)
 	return p
 }
 
-// add puts the operations of c for Redis into p.
-func (p *pipe) add(c *Caller) {
-	if len(p.refs) == 0 || c.deadline.Before(p.deadline) {
+// add puts the operations of part into p.
+func (p *pipe) add(part *part) {
+	c := part.c
+	if len(p.refs) == 0 || c.deadline.After(p.deadline) {
 		p.deadline = c.deadline
 	}
-	for i := range c.ops {
-		if k := c.ops[i].Kind; k != decide.Throttle {
-			p.refs = append(p.refs, ref{c: c, i: int32(i), kind: k})
-		}
+	for _, i := range part.ops {
+		p.refs = append(p.refs, ref{c: c, i: i, kind: c.ops[i].Kind, deadline: c.deadline})
 	}
 }
 
-// worker sends pipelines to Redis, one at a time. Its batch holds the
-// commands of the pipe it works on, from build to the last answer.
+// worker sends its lane's pipelines to Redis, one at a time. Its batch
+// holds the commands of the pipe it works on, from build to the last
+// answer.
 type worker struct {
-	s     *Store
+	l     *lane
 	in    chan *pipe
 	batch redisscript.Batch
 }
@@ -61,80 +67,89 @@ type worker struct {
 func (w *worker) run() {
 	for p := range w.in {
 		w.execute(p)
-		w.s.idle <- w // room for every worker: never blocks
+		w.l.idle <- w // room for every worker: never blocks
 	}
 }
 
-// dispatch takes Callers off the queue, waits for a free worker (until the
-// oldest Caller's deadline, after which that Caller is answered by the
-// policy without being sent) and hands the worker everything that waits,
-// up to MaxBatch operations, as one pipe. When the queue is closed and
-// drained it stops the workers.
-func (s *Store) dispatch() {
+// dispatch takes parts off the lane's queue, waits for a free worker
+// (until the oldest part's deadline, after which that part is answered by
+// the policy without being sent) and hands the worker everything that
+// waits, up to MaxBatch operations, as one pipe. When the queue is closed
+// and drained it stops the workers.
+func (l *lane) dispatch() {
+	s := l.s
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var next *Caller // taken off the queue, not in a pipe yet
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	var next *part // taken off the queue, not in a pipe yet
 	open := true
 	for open || next != nil {
 		if next == nil {
-			c, ok := <-s.queue
+			p, ok := l.take(idle)
 			if !ok {
 				break
 			}
-			next = c
+			next = p
 		}
-		w := s.freeWorker(next.deadline, timer)
+		w := l.freeWorker(next.c.deadline, timer)
 		if w == nil {
-			s.expireCaller(next)
+			s.expireOps(next.c, next.ops, context.DeadlineExceeded, l.addr)
 			next = nil
 			continue
 		}
-		p := newPipe(next, min(s.cfg.MaxBatch, max(next.remote(), len(s.queue)+1)))
+		p := newPipe(next, min(s.cfg.MaxBatch, max(len(next.ops), len(l.queue)+1)))
 		next = nil
-		now := time.Now()
-	gather:
-		for len(p.refs) < s.cfg.MaxBatch {
-			select {
-			case c, ok := <-s.queue:
-				switch {
-				case !ok:
-					open = false
-					break gather
-				case !c.deadline.After(now):
-					s.expireCaller(c)
-				case len(p.refs)+c.remote() > s.cfg.MaxBatch:
-					next = c
-					break gather
-				default:
-					p.add(c)
-				}
-			default:
-				break gather
-			}
-		}
+		open, next = l.gather(p)
 		w.in <- p // buffer 1, and the worker is idle: never blocks
 	}
 	for range s.cfg.Pipelines {
-		w := <-s.idle
+		w := <-l.idle
 		close(w.in)
 	}
 }
 
-// freeWorker returns an idle worker, waiting for one until deadline; nil
-// when the deadline passes first.
-func (s *Store) freeWorker(deadline time.Time, timer *time.Timer) *worker {
+// gather adds to p the parts waiting in the queue, up to MaxBatch
+// operations, answering those whose deadline has passed. It returns false
+// when the queue is closed, and the part that did not fit, if any.
+func (l *lane) gather(p *pipe) (open bool, next *part) {
+	s := l.s
+	now := time.Now()
+	for len(p.refs) < s.cfg.MaxBatch {
+		select {
+		case part, ok := <-l.queue:
+			switch {
+			case !ok:
+				return false, nil
+			case !part.c.deadline.After(now):
+				s.expireOps(part.c, part.ops, context.DeadlineExceeded, l.addr)
+			case len(p.refs)+len(part.ops) > s.cfg.MaxBatch:
+				return true, part
+			default:
+				p.add(part)
+			}
+		default:
+			return true, nil
+		}
+	}
+	return true, nil
+}
+
+// freeWorker returns an idle worker of the lane, waiting for one until
+// deadline; nil when the deadline passes first.
+func (l *lane) freeWorker(deadline time.Time, timer *time.Timer) *worker {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return nil
 	}
 	select {
-	case w := <-s.idle:
+	case w := <-l.idle:
 		return w
 	default:
 	}
 	timer.Reset(wait)
 	select {
-	case w := <-s.idle:
+	case w := <-l.idle:
 		timer.Stop()
 		return w
 	case <-timer.C:
@@ -142,35 +157,73 @@ func (s *Store) freeWorker(deadline time.Time, timer *time.Timer) *worker {
 	}
 }
 
-// expireCaller answers every Redis operation of c with the policy: its
-// deadline passed before a pipeline was free, so nothing was sent.
-func (s *Store) expireCaller(c *Caller) {
-	n := 0
-	for i := range c.ops {
+// expireOps answers the operations ops of c with the policy, nothing sent:
+// their deadline passed before a pipeline to their Redis server (node, ""
+// for a standalone Redis) was free, or, with err other than
+// context.DeadlineExceeded, they could not be routed to one.
+func (s *Store) expireOps(c *Caller, ops []int32, err error, node string) {
+	for _, i := range ops {
 		k := c.ops[i].Kind
-		if k == decide.Throttle {
-			continue // answered by Run
-		}
 		s.count(k, s.failResult(k), true)
-		c.answer(int32(i), s.failResult(k))
-		n++
+		c.answer(i, s.failResult(k))
 	}
-	s.logError("no pipeline to Redis free within the timeout; answered without sending", context.DeadlineExceeded, n)
+	msg := "no pipeline to Redis free within the timeout; answered without sending"
+	if err != context.DeadlineExceeded {
+		msg = "no Redis node to send to; answered without sending"
+	}
+	s.logError(msg, err, len(ops), node)
 }
 
-// expirePipe answers the operations of p that are still unanswered with the
-// policy: the timer's path, when the Redis client has not returned by the
-// deadline (plus grace).
-func (s *Store) expirePipe(p *pipe) {
+// due is when the timer answers ref r of p if Redis has not: at its
+// deadline, or, for the operations whose deadline ends the pipeline's
+// context, a grace period later, so that the Redis client's own answer at
+// the deadline comes first.
+func (s *Store) due(p *pipe, r *ref) time.Time {
+	if r.deadline.Before(p.deadline) {
+		return r.deadline
+	}
+	return p.deadline.Add(s.grace)
+}
+
+// guard arms the timer that answers the operations of p still unanswered
+// when they are due (the safety net: whatever the Redis client does, every
+// operation is answered shortly after its deadline). The timer of a pipe
+// whose operations have different deadlines fires once per deadline, each
+// time answering those due and arming the next; a worker that finishes
+// first stops only the first one, and the others find their operations
+// answered.
+func (s *Store) guard(p *pipe, at time.Time, node string) *time.Timer {
+	return time.AfterFunc(time.Until(at), func() {
+		if next, ok := s.expirePipe(p, node); ok {
+			s.guard(p, next, node)
+		}
+	})
+}
+
+// expirePipe answers the operations of p that are still unanswered and
+// due with the policy, and returns when the next unanswered one is due,
+// false when none is left.
+func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
+	now := time.Now()
 	n := 0
 	for i := range p.refs {
+		if p.answered[i].Load() != 0 {
+			continue
+		}
+		if due := s.due(p, &p.refs[i]); due.After(now) {
+			if !left || due.Before(next) {
+				next, left = due, true
+			}
+			continue
+		}
 		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
 			n++
 		}
 	}
 	if n > 0 {
-		s.logError("no reply from Redis within the timeout", context.DeadlineExceeded, n)
+		s.logError("no reply from Redis within the timeout", context.DeadlineExceeded, n, node)
 	}
+	return next, left
 }
 
 // failResult is the policy's answer to an operation Redis could not answer.
@@ -220,30 +273,40 @@ func (s *Store) count(k decide.Kind, r decide.Answer, failed bool) {
 	}
 }
 
-// execute sends p to Redis and answers its operations.
+// execute sends p to the lane's Redis server and answers its operations.
 func (w *worker) execute(p *pipe) {
-	s := w.s
+	l := w.l
+	s := l.s
 	ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
 	defer cancel()
 	w.build(ctx, p)
-	// The safety net: whatever the Redis client does, the operations are
-	// answered shortly after the deadline.
-	guard := time.AfterFunc(time.Until(p.deadline)+s.grace, func() { s.expirePipe(p) })
-	defer guard.Stop()
+	first := p.deadline.Add(s.grace)
+	for i := range p.refs {
+		if due := s.due(p, &p.refs[i]); due.Before(first) {
+			first = due
+		}
+	}
+	defer s.guard(p, first, l.addr).Stop()
 
-	s.scriptLoads.Add(int64(w.batch.Send(ctx, s.client)))
+	s.scriptLoads.Add(int64(l.send(ctx, &w.batch)))
 	var lastErr error
-	failed := 0
+	failed, lost := 0, 0
 	for i := range p.refs {
 		v, err := w.batch.Reply(i)
 		r, err := s.outcome(p.refs[i].kind, v, err)
 		if s.settle(p, i, r, err != nil) && err != nil {
 			failed++
 			lastErr = err
+			if redisscript.Classify(err) == redisscript.Transport {
+				lost++
+			}
 		}
 	}
 	if failed > 0 {
-		s.logError("Redis call failed", lastErr, failed)
+		s.logError("Redis call failed", lastErr, failed, l.addr)
+	}
+	if lost > 0 && s.cluster != nil {
+		s.reloadSlotMap() // the master may have been replaced by a replica
 	}
 }
 
@@ -253,7 +316,7 @@ func (w *worker) execute(p *pipe) {
 // commands. Every acquire and peek decides at Redis TIME.
 func (w *worker) build(ctx context.Context, p *pipe) {
 	b := &w.batch
-	b.Reset(w.s.cfg.Prefix)
+	b.Reset(w.l.s.cfg.Prefix)
 	for j := range p.refs {
 		r := &p.refs[j]
 		op := &r.c.ops[r.i]
@@ -267,7 +330,7 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 		b.Add(op.Key, c)
 	}
 	p.answered = make([]atomic.Uint32, len(p.refs))
-	b.Build(ctx, w.s.perCall)
+	b.Build(ctx, w.l.s.perCall)
 }
 
 // outcome turns the reply to an operation into its answer, or the policy's

@@ -51,10 +51,12 @@ type Config struct {
 	// FailClosedDecision. TB.RESET gets an error reply either way.
 	FailOpen bool
 	// MaxBatch is how many operations the dispatcher gathers into one
-	// pipeline (256). One connection's operations are never split, so a
-	// single Run with more operations than this travels as one pipeline.
+	// pipeline (256). One connection's operations (on a cluster, those for
+	// one master) are never split, so a single Run with more operations
+	// than this travels as one pipeline.
 	MaxBatch int
-	// Pipelines is how many pipelines may be in flight at once (4).
+	// Pipelines is how many pipelines may be in flight at once (4); on a
+	// cluster, to each master.
 	Pipelines int
 	// Logger receives Redis errors, at most one line per second (with the
 	// number of lines suppressed since the last one). Default slog.Default().
@@ -88,15 +90,28 @@ type Store struct {
 	fail    decide.Answer // the policy's answer to acquire and peek
 	grace   time.Duration // how long after the deadline the timer steps in
 
-	mu     sync.RWMutex // closed vs. sends on queue; held shared per Run
+	// mu guards closed and lanes: held shared while a Run routes its
+	// operations and queues them, exclusively to close a lane's queue
+	// (Close, an idle cluster lane retiring) or to add a lane.
+	mu     sync.RWMutex
 	closed bool
-	queue  chan *Caller
-	idle   chan *worker // workers ready for a pipeline
+	single *lane            // standalone: the only lane
+	lanes  map[string]*lane // cluster: a lane per master address
 	wg     sync.WaitGroup
 	// stopped is canceled by Close: the key count in flight stops and its
 	// goroutine ends.
 	stopped context.Context
 	stop    context.CancelFunc
+
+	// Cluster: slotsKnown says go-redis holds the slot map, so routing a
+	// key does no I/O; slotsLearned is closed then. learn asks the
+	// maintenance goroutine to load the map; lastReload (nanoseconds since
+	// epoch) rate-limits reloads after a master failed.
+	slotsKnown   atomic.Bool
+	slotsLearned chan struct{}
+	learn        chan struct{}
+	lastReload   atomic.Int64
+	laneIdle     time.Duration // laneIdle, or shorter in tests
 
 	allowed, denied, peeks, resets atomic.Int64
 	errs, degraded, scriptLoads    atomic.Int64
@@ -152,19 +167,18 @@ func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
 		cfg.Logger = slog.Default()
 	}
 	s := &Store{
-		cfg:     cfg,
-		client:  cfg.Client,
-		cluster: cluster,
-		perCall: redisscript.KeysPerCall(cfg.Client),
-		log:     cfg.Logger,
-		grace:   max(cfg.Timeout/4, time.Millisecond),
-		// Room for every connection of a busy server to wait without
-		// blocking; beyond that Run waits (back-pressure, bounded by the
-		// dispatcher, which answers expired operations at once).
-		queue:   make(chan *Caller, 4*cfg.MaxBatch*cfg.Pipelines),
-		idle:    make(chan *worker, cfg.Pipelines),
-		epoch:   time.Now(),
-		refresh: make(chan struct{}, 1),
+		cfg:      cfg,
+		client:   cfg.Client,
+		cluster:  cluster,
+		perCall:  redisscript.KeysPerCall(cfg.Client),
+		log:      cfg.Logger,
+		grace:    max(cfg.Timeout/4, time.Millisecond),
+		laneIdle: laneIdle,
+		epoch:    time.Now(),
+		refresh:  make(chan struct{}, 1),
+		learn:    make(chan struct{}, 1),
+		// closed once the slot map is known; a standalone Redis has none
+		slotsLearned: make(chan struct{}),
 	}
 	if cfg.FailOpen {
 		s.fail.Decision = FailOpenDecision()
@@ -173,23 +187,16 @@ func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
 	}
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	s.lastRefresh.Store(-1)
-	for range cfg.Pipelines {
-		w := &worker{s: s, in: make(chan *pipe, 1)}
-		s.idle <- w
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+	s.lastReload.Store(-int64(time.Second))
+	if cluster == nil {
+		s.single = newLane(s, "")
+	} else {
+		s.lanes = make(map[string]*lane)
 	}
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.dispatch()
-	}()
-	go func() {
-		defer s.wg.Done()
-		s.countKeys()
+		s.maintain()
 	}()
 	return s
 }
@@ -231,6 +238,9 @@ func (s *Store) LoadScript(ctx context.Context) error {
 	if err := redisscript.Load(ctx, s.client); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
+	if s.cluster != nil {
+		s.slotsKnownNow() // loading the script on every master loaded the map
+	}
 	return nil
 }
 
@@ -246,7 +256,8 @@ func (s *Store) NewCaller() resp.Caller {
 // cluster the sum over its masters), all keys and not only bucketd's,
 // refreshed in the background at most once a second: calling Stats asks for
 // a refresh and returns the last count. QueueDepth is the number of
-// connections whose operations wait for the dispatcher.
+// connections' parts (their operations for one Redis server) that wait for
+// a dispatcher.
 func (s *Store) Stats() decide.Stats {
 	now := time.Since(s.epoch).Nanoseconds()
 	if last := s.lastRefresh.Load(); last < 0 || now-last >= int64(time.Second) {
@@ -261,8 +272,22 @@ func (s *Store) Stats() decide.Stats {
 		Denied:     s.denied.Load(),
 		Peeks:      s.peeks.Load(),
 		Resets:     s.resets.Load(),
-		QueueDepth: int64(len(s.queue)),
+		QueueDepth: s.queueDepth(),
 	}
+}
+
+// queueDepth sums the lanes' queues.
+func (s *Store) queueDepth() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.single != nil {
+		return int64(len(s.single.queue))
+	}
+	n := 0
+	for _, l := range s.lanes {
+		n += len(l.queue)
+	}
+	return int64(n)
 }
 
 // Errors returns how many Redis commands failed: an error reply (other
@@ -305,33 +330,52 @@ func (s *Store) Close() {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
-		close(s.queue)
+		if s.single != nil {
+			close(s.single.queue)
+		}
+		for _, l := range s.lanes {
+			close(l.queue)
+		}
 		s.stop()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
 }
 
-// countKeys refreshes the key count when Stats asks, at most once a second.
-func (s *Store) countKeys() {
+// maintain refreshes the key count when Stats asks, at most once a second,
+// and learns a cluster's slot map when a Run finds it unknown.
+func (s *Store) maintain() {
 	for {
 		select {
 		case <-s.stopped.Done():
 			return
 		case <-s.refresh:
+			s.countKeys()
+		case <-s.learn:
+			if !s.slotsKnown.Load() && !s.learnSlotMap() {
+				select {
+				case <-s.stopped.Done():
+					return
+				case <-time.After(learnPause): // do not ask a cluster that is down in a loop
+				}
+			}
 		}
-		s.lastRefresh.Store(time.Since(s.epoch).Nanoseconds())
-		n, err := s.dbsize()
-		if s.stopped.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.errs.Add(1)
-			s.logError("counting keys (DBSIZE) failed", err, 1)
-			continue
-		}
-		s.buckets.Store(n)
 	}
+}
+
+// countKeys refreshes the key count.
+func (s *Store) countKeys() {
+	s.lastRefresh.Store(time.Since(s.epoch).Nanoseconds())
+	n, err := s.dbsize()
+	if s.stopped.Err() != nil {
+		return
+	}
+	if err != nil {
+		s.errs.Add(1)
+		s.logError("counting keys (DBSIZE) failed", err, 1, "")
+		return
+	}
+	s.buckets.Store(n)
 }
 
 // dbsizeTimeout bounds one key count; nobody waits for it.
@@ -353,8 +397,10 @@ func (s *Store) dbsize() (int64, error) {
 }
 
 // logError logs a Redis failure affecting ops operations, at most once per
-// second; the lines left out in between are counted in the next one.
-func (s *Store) logError(msg string, err error, ops int) {
+// second; the lines left out in between are counted in the next one. node
+// is the cluster master concerned (logged as node=host:port), "" for a
+// standalone Redis or none in particular.
+func (s *Store) logError(msg string, err error, ops int, node string) {
 	suppressed, ok := s.errLog.Allow(time.Now())
 	if !ok {
 		return
@@ -363,6 +409,10 @@ func (s *Store) logError(msg string, err error, ops int) {
 	if s.cfg.FailOpen {
 		policy = "allow"
 	}
-	s.log.Warn("redis store: "+msg, "err", err, "ops", ops, "on_redis_error", policy,
-		"errors_total", s.errs.Load(), "suppressed_lines", suppressed)
+	args := []any{"err", err, "ops", ops, "on_redis_error", policy,
+		"errors_total", s.errs.Load(), "suppressed_lines", suppressed}
+	if node != "" {
+		args = append(args, "node", node)
+	}
+	s.log.Warn("redis store: "+msg, args...)
 }

@@ -451,8 +451,11 @@ type Cluster struct {
 // processes with cluster mode on, each with its nodes.conf in its own
 // temporary directory, joins them with `redis-cli --cluster create
 // ... --cluster-replicas 0 --cluster-yes`, and waits until every node says
-// cluster_state:ok. The test's cleanup kills them.
-func StartCluster(t testing.TB, masters int) *Cluster {
+// cluster_state:ok. The test's cleanup kills them. extraArgs are appended
+// to every node's command line, after the defaults, so they override them:
+// "--cluster-node-timeout", "60000" keeps a killed master's slots assigned
+// to it (and the cluster ok) for a minute instead of 5 s.
+func StartCluster(t testing.TB, masters int, extraArgs ...string) *Cluster {
 	t.Helper()
 	if masters < 3 {
 		t.Fatalf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
@@ -460,11 +463,12 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	cli := CLIBinary(t)
 	c := &Cluster{t: t}
 	for range masters {
-		n := start(t, []string{
+		args := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf", // in --dir, the node's temp dir
 			"--cluster-node-timeout", "5000",
-		}, true)
+		}
+		n := start(t, append(args, extraArgs...), true)
 		c.Nodes = append(c.Nodes, n)
 	}
 	args := []string{"--cluster", "create"}
