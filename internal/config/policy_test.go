@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -232,5 +234,52 @@ func TestReloadMultiLimit(t *testing.T) {
 	want := Policy{Prefix: "llm:", Shadow: true, Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 2000.0 / 86400}}}
 	if !reflect.DeepEqual(next.Policies["llm"], want) || !reflect.DeepEqual(next.Policies["api"], one(10, 1, "")) {
 		t.Errorf("after a good reload: %+v", next.Policies)
+	}
+}
+
+// TestDocPolicyExamples loads every YAML example of the Policies section of
+// docs/configuration.md, so that the documentation stays valid, and checks
+// the numbers and keys the text gives for them.
+func TestDocPolicyExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Policies\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	all := map[string]Policy{}
+	for _, block := range strings.Split(section, "```yaml\n")[1:] {
+		example, _, _ := strings.Cut(block, "```")
+		got, err, _ := loadPolicies(t, example)
+		if err != nil {
+			t.Fatalf("%v in\n%s", err, example)
+		}
+		maps.Copy(all, got)
+	}
+	want := map[string]Policy{
+		"api":          {Limits: []Limit{{Name: "minute", Capacity: 100, Rate: 100.0 / 60}}},
+		"login-per-ip": {Prefix: "login:", Limits: []Limit{{Name: "minute", Capacity: 5, Rate: 1.0 / 60}}},
+		"search":       one(20, 2.5, ""),
+		"llm": {Shadow: true, Limits: []Limit{
+			{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}},
+		"llm-per-tenant": {Prefix: "tenant:", Limits: []Limit{
+			{Name: "burst", Capacity: 5, Rate: 1}, {Name: "sustained", Capacity: 300, Rate: 300.0 / 3600}}},
+	}
+	if !reflect.DeepEqual(all, want) {
+		t.Errorf("the examples give\n%+v\nwant\n%+v", all, want)
+	}
+	var keys []string
+	for _, k := range []struct{ policy, key string }{
+		{"llm", "user:1"}, {"llm-per-tenant", "acme"}, {"llm", "{org:5}:user:1"}, {"llm", ""}, {"llm", "}x"},
+	} {
+		p := all[k.policy]
+		for i := range p.Limits {
+			keys = append(keys, string(p.AppendKey(nil, []byte(k.key), i)))
+		}
+	}
+	for _, k := range keys {
+		if !strings.Contains(section, "`"+k+"`") {
+			t.Errorf("the Bucket keys table does not show %q", k)
+		}
 	}
 }
