@@ -344,7 +344,7 @@ func parseRate(n *yaml.Node) (rate, error) {
 		}
 	}
 	if seconds == 0 {
-		return rate{}, fmt.Errorf("write N/second, N/minute, N/hour or N/day, or a number of tokens per second")
+		return rate{}, errors.New("write N/second, N/minute, N/hour or N/day, or a number of tokens per second")
 	}
 	x, ok := decimal(num)
 	if !ok || !(x > 0) {
