@@ -64,19 +64,6 @@ type Config struct {
 	sources map[string]string // setting name -> label of the source that set it last
 }
 
-// Policy is a named set of limits that TB.ACQUIRE … POLICY name uses instead
-// of explicit numbers.
-type Policy struct {
-	// Capacity is the most tokens the bucket holds (the burst), > 0 and
-	// <= 1e15.
-	Capacity float64 `yaml:"capacity"`
-	// Rate is the refill in tokens per second, > 0 and <= 1e15.
-	Rate float64 `yaml:"rate"`
-	// Prefix, when not empty, is put in front of every key acquired with
-	// this policy, so one client key under two policies names two buckets.
-	Prefix string `yaml:"prefix"`
-}
-
 // inputs are what Load fixes once and every Reload reuses.
 type inputs struct {
 	flags         map[string]string // raw flag values by setting name

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -372,17 +373,17 @@ policies:
 		t.Fatal(err)
 	}
 	want := map[string]Policy{
-		"api":          {Capacity: 100, Rate: 10},
-		"login-per-ip": {Capacity: 5, Rate: 0.0166667, Prefix: "login:"},
-		"big":          {Capacity: 1e15, Rate: 1e15},
-		"alias":        {Capacity: 1e15, Rate: 1e15},
-		"x.y/z_1":      {Capacity: 1.5, Rate: 2},
+		"api":          one(100, 10, ""),
+		"login-per-ip": one(5, 0.0166667, "login:"),
+		"big":          one(1e15, 1e15, ""),
+		"alias":        one(1e15, 1e15, ""),
+		"x.y/z_1":      one(1.5, 2, ""),
 	}
 	if len(c.Policies) != len(want) {
 		t.Errorf("got %d policies %v, want %d", len(c.Policies), c.Policies, len(want))
 	}
 	for name, p := range want {
-		if got, ok := c.Policies[name]; !ok || got != p {
+		if got, ok := c.Policies[name]; !ok || !reflect.DeepEqual(got, p) {
 			t.Errorf("policy %q = %+v (present %v), want %+v", name, got, ok, p)
 		}
 	}
@@ -392,7 +393,7 @@ func TestPolicyErrors(t *testing.T) {
 	const pre = "policies:\n"
 	cases := []struct{ name, file, want string }{
 		{"not a mapping", "policies: [api]", "{file}:1: policies: give a mapping from policy name to its capacity and rate, like\npolicies:\n  api:\n    capacity: 100\n    rate: 10"},
-		{"policy not a mapping", pre + "  api: 10", `{file}:2: policy "api": give a mapping with capacity (tokens) and rate (tokens per second)`},
+		{"policy not a mapping", pre + "  api: 10", `{file}:2: policy "api": give a mapping with capacity (tokens) and rate (tokens per second), or with limits`},
 		{"name with space", pre + "  my api: {capacity: 1, rate: 1}", `{file}:2: policy name "my api": use printable ASCII without spaces, like api or login-per-ip`},
 		{"name not ascii", pre + "  café: {capacity: 1, rate: 1}", `{file}:2: policy name "café": use printable ASCII without spaces, like api or login-per-ip`},
 		{"name empty", pre + `  "": {capacity: 1, rate: 1}`, `{file}:2: policy name "": use printable ASCII without spaces, like api or login-per-ip`},
@@ -409,9 +410,9 @@ func TestPolicyErrors(t *testing.T) {
 		{"rate zero", pre + "  api: {capacity: 1, rate: 0}", `{file}:2: policies.api.rate "0": use a number greater than 0 and at most 1e+15`},
 		{"rate too big", pre + "  api: {capacity: 1, rate: 2e15}", `{file}:2: policies.api.rate "2e15": use a number greater than 0 and at most 1e+15`},
 		{"rate -inf", pre + "  api: {capacity: 1, rate: -.inf}", `{file}:2: policies.api.rate "-.inf": use a number greater than 0 and at most 1e+15`},
-		{"no capacity", pre + "  api: {rate: 1}", `{file}:2: policy "api" has no capacity: give capacity (the burst, in tokens) and rate (tokens per second)`},
-		{"no rate", pre + "  api:\n    capacity: 1", `{file}:2: policy "api" has no rate: give rate (tokens per second) and capacity (the burst, in tokens)`},
-		{"unknown key", pre + "  api:\n    capacity: 1\n    rate: 1\n    burst: 5", `{file}:5: unknown key "burst" in policy "api": use capacity, rate and prefix`},
+		{"no capacity", pre + "  api: {rate: 1}", `{file}:2: policy "api" has no capacity: give capacity (the burst, in tokens), or write the rate as N/second, N/minute, N/hour or N/day, whose N is then the capacity`},
+		{"no rate", pre + "  api:\n    capacity: 1", `{file}:2: policy "api" has no rate: give rate (tokens per second, or N/second, N/minute, N/hour or N/day) and capacity (the burst, in tokens)`},
+		{"unknown key", pre + "  api:\n    capacity: 1\n    rate: 1\n    burst: 5", `{file}:5: unknown key "burst" in policy "api": use capacity, rate, prefix, shadow and limits`},
 		{"prefix list", pre + "  api: {capacity: 1, rate: 1, prefix: [a]}", `{file}:2: policies.api.prefix: give a single string`},
 	}
 	for _, tc := range cases {
@@ -436,13 +437,13 @@ func TestReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := next.Policies["api"].Capacity; got != 20 {
+		if got := next.Policies["api"].Limits[0].Capacity; got != 20 {
 			t.Errorf("capacity after reload = %v, want 20", got)
 		}
 		if len(restart) != 0 {
 			t.Errorf("restart = %q, want none", restart)
 		}
-		if got := c.Policies["api"].Capacity; got != 10 {
+		if got := c.Policies["api"].Limits[0].Capacity; got != 10 {
 			t.Errorf("the old Config changed: capacity %v", got)
 		}
 	})
@@ -454,7 +455,7 @@ func TestReload(t *testing.T) {
 		if err != nil || len(restart) != 0 {
 			t.Fatalf("restart %q, err %v", restart, err)
 		}
-		if _, ok := next.Policies["api"]; ok || next.Policies["web"] != (Policy{Capacity: 3, Rate: 3, Prefix: "w:"}) {
+		if _, ok := next.Policies["api"]; ok || !reflect.DeepEqual(next.Policies["web"], one(3, 3, "w:")) {
 			t.Errorf("policies = %v", next.Policies)
 		}
 	})
@@ -476,7 +477,7 @@ func TestReload(t *testing.T) {
 			if !strings.Contains(err.Error(), file) {
 				t.Errorf("%q: error %q does not name the file", broken, err)
 			}
-			if restart != nil || next.Policies["api"].Capacity != 10 || next.Shards != 4 || c.Policies["api"].Capacity != 10 {
+			if restart != nil || next.Policies["api"].Limits[0].Capacity != 10 || next.Shards != 4 || c.Policies["api"].Limits[0].Capacity != 10 {
 				t.Errorf("%q: got %+v, restart %q; want the old config", broken, next, restart)
 			}
 		}
@@ -485,7 +486,7 @@ func TestReload(t *testing.T) {
 		if err := os.Remove(file); err != nil {
 			t.Fatal(err)
 		}
-		if next, _, err := c.Reload(nil); err == nil || next.Policies["api"].Capacity != 10 {
+		if next, _, err := c.Reload(nil); err == nil || next.Policies["api"].Limits[0].Capacity != 10 {
 			t.Errorf("missing file: err %v, policies %v", err, next.Policies)
 		}
 	})
@@ -504,7 +505,7 @@ func TestReload(t *testing.T) {
 		if next.Shards != 4 || next.MaxClients != 100 {
 			t.Errorf("restart-only settings applied: shards %d, max-clients %d", next.Shards, next.MaxClients)
 		}
-		if next.Policies["api"].Capacity != 30 || next.LogLevel != slog.LevelDebug {
+		if next.Policies["api"].Limits[0].Capacity != 30 || next.LogLevel != slog.LevelDebug {
 			t.Errorf("live settings not applied: %v, %v", next.Policies, next.LogLevel)
 		}
 		// Until the restart, every reload reports the pending change again.

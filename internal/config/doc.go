@@ -14,7 +14,10 @@
 //   - errors name their source (--flag, BUCKETD_VAR or file:line: key) and
 //     say what to do, and never echo a password;
 //   - flags are parsed once, by Load, and kept in the Config: Reload re-reads
-//     the file and the environment, but a flag keeps winning.
+//     the file and the environment, but a flag keeps winning;
+//   - a policy has 1 to MaxLimits limits with distinct names, and
+//     Policy.AppendKey names each limit's bucket so that the buckets of one
+//     call share a Redis Cluster hash slot.
 //
 // A Config is a plain value, safe to copy and to read from many goroutines;
 // its Policies map and StoreCluster slice are shared between copies and must

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"strings"
 	"syscall"
@@ -26,9 +25,6 @@ type fileValues struct {
 	policies     map[string]Policy // nil when the file has no policies key
 	policiesLine int
 }
-
-// maxPolicyValue bounds capacity and rate, as the bucket math requires.
-const maxPolicyValue = 1e15
 
 // MaxFileBytes is the largest config file bucketd reads (1 MiB): settings
 // and policies take a few kilobytes, and a bound keeps a wrong path (a
@@ -164,104 +160,4 @@ func suggest(key string) string {
 		return " (did you mean " + k + "?)"
 	}
 	return ""
-}
-
-// decodePolicies decodes the value of the policies key: a mapping from
-// policy name to a mapping with capacity, rate and an optional prefix.
-func decodePolicies(path string, n *yaml.Node) (map[string]Policy, error) {
-	policies := map[string]Policy{}
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		return policies, nil
-	}
-	if n.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s:%d: policies: give a mapping from policy name to its capacity and rate, like\n"+
-			"policies:\n  api:\n    capacity: 100\n    rate: 10", path, n.Line)
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		name := k.Value
-		if k.Kind != yaml.ScalarNode || !validPolicyName(name) {
-			return nil, fmt.Errorf("%s:%d: policy name %q: use printable ASCII without spaces, like api or login-per-ip",
-				path, k.Line, name)
-		}
-		if _, dup := policies[name]; dup {
-			return nil, fmt.Errorf("%s:%d: policy %q is defined twice: keep one of them", path, k.Line, name)
-		}
-		p, err := decodePolicy(path, name, k.Line, v)
-		if err != nil {
-			return nil, err
-		}
-		policies[name] = p
-	}
-	return policies, nil
-}
-
-func decodePolicy(path, name string, line int, n *yaml.Node) (Policy, error) {
-	var p Policy
-	if n.Kind != yaml.MappingNode {
-		return p, fmt.Errorf("%s:%d: policy %q: give a mapping with capacity (tokens) and rate (tokens per second)", path, line, name)
-	}
-	var haveCap, haveRate bool
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
-		where := fmt.Sprintf("%s:%d: policies.%s.%s", path, v.Line, name, k.Value)
-		switch k.Value {
-		case "capacity", "rate":
-			x, err := policyNumber(v)
-			if err != nil {
-				return p, fmt.Errorf("%s %q: %w", where, v.Value, err)
-			}
-			if k.Value == "capacity" {
-				p.Capacity, haveCap = x, true
-			} else {
-				p.Rate, haveRate = x, true
-			}
-		case "prefix":
-			if v.Kind != yaml.ScalarNode {
-				return p, fmt.Errorf("%s: give a single string", where)
-			}
-			if v.ShortTag() != "!!null" {
-				p.Prefix = v.Value
-			}
-		default:
-			return p, fmt.Errorf("%s:%d: unknown key %q in policy %q: use capacity, rate and prefix",
-				path, k.Line, k.Value, name)
-		}
-	}
-	switch {
-	case !haveCap:
-		return p, fmt.Errorf("%s:%d: policy %q has no capacity: give capacity (the burst, in tokens) and rate (tokens per second)",
-			path, line, name)
-	case !haveRate:
-		return p, fmt.Errorf("%s:%d: policy %q has no rate: give rate (tokens per second) and capacity (the burst, in tokens)",
-			path, line, name)
-	}
-	return p, nil
-}
-
-// policyNumber decodes a capacity or a rate: a finite number > 0, <= 1e15.
-func policyNumber(n *yaml.Node) (float64, error) {
-	hint := fmt.Errorf("use a number greater than 0 and at most %g", maxPolicyValue)
-	var x float64
-	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!str" || n.Decode(&x) != nil {
-		return 0, hint
-	}
-	if math.IsNaN(x) || math.IsInf(x, 0) || x <= 0 || x > maxPolicyValue {
-		return 0, hint
-	}
-	return x, nil
-}
-
-// validPolicyName reports whether name is non-empty printable ASCII without
-// spaces.
-func validPolicyName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] <= ' ' || name[i] > '~' {
-			return false
-		}
-	}
-	return true
 }

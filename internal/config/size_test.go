@@ -118,7 +118,7 @@ func TestConfigFileSizeLimit(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), file) {
 				t.Fatalf("Reload with the file replaced by %s: %v; want an error naming %s", replace, err, file)
 			}
-			if next.Policies["api"].Capacity != 10 {
+			if next.Policies["api"].Limits[0].Capacity != 10 {
 				t.Fatalf("a refused reload changed the policies: %v", next.Policies)
 			}
 		}

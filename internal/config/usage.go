@@ -23,7 +23,7 @@ names ("max-key-bytes: 2048"), plus "policies:" for named policies:
   policies:
     api:
       capacity: 100   # tokens
-      rate: 10        # tokens per second
+      rate: 10        # tokens per second, or N/second, N/minute, N/hour, N/day
 
 Booleans take true/false, yes/no or 1/0 (--protected-mode=false). A reload
 (SIGHUP) re-reads the file and the environment: policies and log-level apply
