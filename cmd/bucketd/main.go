@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -72,13 +73,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // shuts down gracefully (see daemon.shutdown); hup carries the SIGHUPs
 // (nil: none), from the start (see startup). A ctx cancelled before
 // bucketd serves ends it cleanly, without serving. `bucketd healthcheck`
-// instead asks a running bucketd's /healthz, and `bucketd --version` prints
-// the version on standard output.
+// instead asks a running bucketd's /healthz, and --version, anywhere on the
+// command line, prints the version on standard output instead of starting.
 func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, getenv func(string) string, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:], getenv)
 	}
-	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+	if slices.Contains(args, "--version") || slices.Contains(args, "-version") { // the other flags do not matter then
 		_, err := fmt.Printf("bucketd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return err
 	}
