@@ -134,4 +134,3 @@ func checkInRedis(t *testing.T, addr, pass, key string) {
 		t.Errorf("EXISTS %s in the store's Redis: %q, %v; want :1", key, got, err)
 	}
 }
-
