@@ -139,7 +139,7 @@ func (b *buckets) info() []func() info.Section {
 
 // metricSources are the metrics of the parts that exist in this mode:
 // shard queues only with shards, replication only when replicating,
-// snapshots only with --data-dir.
+// snapshots only with --data-dir, Redis failures only in store mode.
 func (b *buckets) metricSources(server func() resp.ServerStats) metrics.Sources {
 	src := metrics.Sources{Buckets: b.limiter.Stats, Server: server}
 	if b.group != nil {
@@ -150,6 +150,9 @@ func (b *buckets) metricSources(server func() resp.ServerStats) metrics.Sources 
 	}
 	if b.keeper != nil {
 		src.Snapshot = b.keeper.Stats
+	}
+	if b.store != nil {
+		src.Store = b.store.RedisStats
 	}
 	return src
 }

@@ -26,6 +26,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -71,10 +73,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // shuts down gracefully (see daemon.shutdown); hup carries the SIGHUPs
 // (nil: none), from the start (see startup). A ctx cancelled before
 // bucketd serves ends it cleanly, without serving. `bucketd healthcheck`
-// instead asks a running bucketd's /healthz.
+// instead asks a running bucketd's /healthz, and --version, anywhere on the
+// command line, prints the version on standard output instead of starting.
 func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, getenv func(string) string, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:], getenv)
+	}
+	if slices.Contains(args, "--version") || slices.Contains(args, "-version") { // the other flags do not matter then
+		_, err := fmt.Printf("bucketd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return err
 	}
 	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"text/template"
 
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
@@ -33,7 +34,9 @@ type exported map[string]map[string]map[string]bool
 func exportedSeries(t *testing.T) (exported, []*dto.MetricFamily) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, fakeSources(true))
+	src := fakeSources(true)
+	src.Store = fakeStoreStats // every optional source: the union of the modes' series
+	m, err := New(reg, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +45,18 @@ func exportedSeries(t *testing.T) (exported, []*dto.MetricFamily) {
 	}
 	m.ObservePipeline(0.001, 1)
 	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The store's policy label takes the value of --on-redis-error: the
+	// other one comes from a store that fails open.
+	failOpen := fakeStoreSources()
+	failOpen.Store = func() redisstore.RedisStats { st := fakeStoreStats(); st.FailOpen = true; return st }
+	openReg := prometheus.NewRegistry()
+	if _, err := New(openReg, failOpen); err != nil {
+		t.Fatal(err)
+	}
+	openFamilies, err := openReg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +77,7 @@ func exportedSeries(t *testing.T) (exported, []*dto.MetricFamily) {
 			}
 		}
 	}
-	for _, f := range families {
+	for _, f := range append(families, openFamilies...) {
 		for _, mt := range f.GetMetric() {
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM:
@@ -262,7 +277,7 @@ func TestAlertRulesFile(t *testing.T) {
 	// The alerts the metrics exist for.
 	for _, want := range []string{"BucketdDown", "BucketdHighDenialRatio", "BucketdShardQueueBackingUp",
 		"BucketdProtocolErrors", "BucketdReplicationDropping", "BucketdReplicationLagging",
-		"BucketdSnapshotFailing", "BucketdSnapshotStale"} {
+		"BucketdSnapshotFailing", "BucketdSnapshotStale", "BucketdStoreUnavailable", "BucketdStoreRedisErrors"} {
 		if !alerts[want] {
 			t.Errorf("no alert %s", want)
 		}
@@ -396,6 +411,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		"bucketd_commands_total", "bucketd_decisions_total", "bucketd_command_duration_seconds_bucket",
 		"bucketd_buckets", "bucketd_shard_queue_depth", "bucketd_connected_clients",
 		"bucketd_replication_queue_depth", "bucketd_replication_lag_seconds", "bucketd_replication_dropped_total",
+		"bucketd_store_policy_answers_total", "bucketd_store_redis_errors_total",
 	} {
 		if !used[want] {
 			t.Errorf("the dashboard does not chart %s", want)

@@ -3,13 +3,20 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -154,4 +161,92 @@ func hasLabels(m *dto.Metric, pairs ...string) bool {
 func isRedisError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
+}
+
+// TestScrapeStoreModeWithRedisDown wires a real Redis store (on an address
+// that refuses every connection) behind the real protocol front, sends
+// acquires, peeks and a reset from a go-redis client, and compares the
+// store's series on a fresh registry with the exact counts. Buckets is a
+// fixed source here: the store's own Stats would ask Redis for DBSIZE in
+// the background, one more transport error at a time of its choosing.
+func TestScrapeStoreModeWithRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	opts, err := redisstore.ClientOptions("redis://" + down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	// A timeout no loaded machine reaches: a refused connection fails at
+	// once, so every error is a transport error.
+	store, err := redisstore.New(redisstore.Config{Client: rdb, Timeout: 5 * time.Second, FailOpen: true,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+
+	reg := prometheus.NewPedanticRegistry()
+	var srv *resp.Server
+	m, err := New(reg, Sources{
+		Buckets: fakeSources(false).Buckets,
+		Server:  func() resp.ServerStats { return srv.Stats() },
+		Store:   store.RedisStats,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := testserver.Serve(t, resp.Config{Limiter: store, ObservePipeline: m.ObservePipeline})
+	srv = front.Server
+	rc := front.Client(t, func(o *redis.Options) { o.PoolSize, o.Protocol, o.DisableIdentity = 1, 2, true })
+	ctx := context.Background()
+	for _, args := range [][]any{
+		{"TB.ACQUIRE", "a", 10, 1}, {"TB.ACQUIRE", "b", 10, 1}, {"TB.ACQUIRE", "a", 10, 1, 1, "WITHINFO"},
+		{"TB.PEEK", "a", 10, 1}, {"TB.RESET", "a"},
+	} {
+		if err := rc.Do(ctx, args...).Err(); err != nil && !isRedisError(err) {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+
+	const want = `
+# HELP bucketd_store_policy_answers_total Store mode: TB.ACQUIRE and TB.PEEK calls answered by --on-redis-error (policy allow or deny) because Redis did not answer.
+# TYPE bucketd_store_policy_answers_total counter
+bucketd_store_policy_answers_total{command="tb.acquire",policy="allow"} 3
+bucketd_store_policy_answers_total{command="tb.peek",policy="allow"} 1
+# HELP bucketd_store_redis_errors_total Store mode: operations and commands Redis failed, by kind: reply (an error reply), timeout (no answer within --redis-timeout), transport (the connection failed).
+# TYPE bucketd_store_redis_errors_total counter
+bucketd_store_redis_errors_total{kind="reply"} 0
+bucketd_store_redis_errors_total{kind="timeout"} 0
+bucketd_store_redis_errors_total{kind="transport"} 5
+# HELP bucketd_store_script_loads_total Store mode: times the script was sent again (EVAL) after Redis answered NOSCRIPT, as after a restart or failover.
+# TYPE bucketd_store_script_loads_total counter
+bucketd_store_script_loads_total 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"bucketd_store_policy_answers_total", "bucketd_store_redis_errors_total", "bucketd_store_script_loads_total"); err != nil {
+		t.Error(err)
+	}
+	// The reset got an error reply (kind unavailable), not the policy's answer.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP bucketd_errors_total Error replies sent, by kind.
+# TYPE bucketd_errors_total counter
+`+errorLines(map[string]int{"unavailable": 1})), "bucketd_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// errorLines are the bucketd_errors_total series with the counts in n, 0
+// for the kinds n lacks.
+func errorLines(n map[string]int) string {
+	var b strings.Builder
+	for _, kind := range resp.ErrorKinds {
+		fmt.Fprintf(&b, "bucketd_errors_total{kind=%q} %d\n", kind, n[kind])
+	}
+	return b.String()
 }

@@ -16,7 +16,8 @@ import (
 
 // Handler serves the operator endpoints:
 //
-//   - GET /metrics: the registry in the Prometheus exposition format;
+//   - GET /metrics: the registry in the Prometheus text format, or in
+//     OpenMetrics or protobuf when the scraper's Accept header asks;
 //   - GET /healthz: 200 "ok" whenever the process can answer HTTP at all
 //     (liveness: restart the process when this fails);
 //   - GET /readyz: 200 "ready" when ready() reports true, 503 "not ready"
@@ -31,6 +32,9 @@ func Handler(reg *prometheus.Registry, ready func() bool) http.Handler {
 		// A scrape reads atomics; this only stops a flood of scrapes from
 		// piling up goroutines.
 		MaxRequestsInFlight: 10,
+		// OpenMetrics to a scraper that asks for it (Prometheus does); the
+		// classic text format to everyone else.
+		EnableOpenMetrics: true,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")

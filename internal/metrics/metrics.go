@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/snapshot"
@@ -19,9 +20,9 @@ const namespace = "bucketd"
 // called once per scrape, possibly from several scrapes at once, so each
 // must be safe for concurrent use; all of bucketd's are (they load atomics).
 //
-// Buckets and Server are required. QueueDepths and Replication are
-// optional: when one is nil its metrics are not exported at all (store
-// mode has no shards, memory mode no replication).
+// Buckets and Server are required. QueueDepths, Replication, Snapshot and
+// Store are optional: when one is nil its metrics are not exported at all
+// (store mode has no shards, memory mode no replication and no store).
 type Sources struct {
 	// Buckets returns the bucket store's counters, normally the Stats of
 	// the resp.Limiter in use.
@@ -39,6 +40,9 @@ type Sources struct {
 	// Snapshot returns the snapshot keeper's figures, normally
 	// (*snapshot.Keeper).Stats; nil without --data-dir.
 	Snapshot func() snapshot.Stats
+	// Store returns the Redis store's failure counters, normally
+	// (*redisstore.Store).RedisStats; nil outside store mode.
+	Store func() redisstore.RedisStats
 }
 
 // durationBuckets are the upper bounds, in seconds, of the
@@ -126,6 +130,8 @@ type collector struct {
 	replOOM                                    *prometheus.Desc
 
 	snapLastSuccess, snapFailures *prometheus.Desc
+
+	storeErrors, storePolicy, storeScriptLoads *prometheus.Desc
 }
 
 func newCollector(src Sources) (*collector, error) {
@@ -168,6 +174,12 @@ func newCollector(src Sources) (*collector, error) {
 
 		snapLastSuccess: desc("snapshot_last_success_timestamp_seconds", "Unix time the newest snapshot in --data-dir was taken (written since the start, or loaded at start; the start when there was none): a crash now loses the changes since."),
 		snapFailures:    desc("snapshot_failures_total", "Snapshots that could not be written (periodic and final); the previous snapshot stays."),
+
+		storeErrors: desc("store_redis_errors_total",
+			"Store mode: operations and commands Redis failed, by kind: reply (an error reply), timeout (no answer within --redis-timeout), transport (the connection failed).", "kind"),
+		storePolicy: desc("store_policy_answers_total",
+			"Store mode: TB.ACQUIRE and TB.PEEK calls answered by --on-redis-error (policy allow or deny) because Redis did not answer.", "command", "policy"),
+		storeScriptLoads: desc("store_script_loads_total", "Store mode: times the script was sent again (EVAL) after Redis answered NOSCRIPT, as after a restart or failover."),
 	}, nil
 }
 
@@ -194,6 +206,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.src.Snapshot != nil {
 		ch <- c.snapLastSuccess
 		ch <- c.snapFailures
+	}
+	if c.src.Store != nil {
+		ch <- c.storeErrors
+		ch <- c.storePolicy
+		ch <- c.storeScriptLoads
 	}
 }
 
@@ -257,4 +274,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.snapLastSuccess, last)
 		counter(c.snapFailures, float64(sn.Failures))
 	}
+
+	if c.src.Store != nil {
+		c.collectStore(c.src.Store(), counter)
+	}
+}
+
+// collectStore sends the store's series. Every kind and both commands are
+// sent from the start, under the one policy the process runs with.
+func (c *collector) collectStore(st redisstore.RedisStats, counter func(*prometheus.Desc, float64, ...string)) {
+	counter(c.storeErrors, float64(st.ErrorReplies), "reply")
+	counter(c.storeErrors, float64(st.Timeouts), "timeout")
+	counter(c.storeErrors, float64(st.TransportErrors), "transport")
+	policy := "deny"
+	if st.FailOpen {
+		policy = "allow"
+	}
+	counter(c.storePolicy, float64(st.PolicyAcquires), "tb.acquire", policy)
+	counter(c.storePolicy, float64(st.PolicyPeeks), "tb.peek", policy)
+	counter(c.storeScriptLoads, float64(st.ScriptLoads))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/snapshot"
@@ -42,6 +43,19 @@ func fakeSources(replication bool) Sources {
 		}
 	}
 	return src
+}
+
+// fakeStoreSources are the sources of store mode: no shards, no
+// replication, no snapshots, and the store's Redis counters.
+func fakeStoreSources() Sources {
+	src := fakeSources(false)
+	src.QueueDepths = nil
+	src.Store = fakeStoreStats
+	return src
+}
+
+func fakeStoreStats() redisstore.RedisStats {
+	return redisstore.RedisStats{ErrorReplies: 4, Timeouts: 31, TransportErrors: 570, PolicyAcquires: 590, PolicyPeeks: 11, ScriptLoads: 2}
 }
 
 // fakeServerStats gives command i the count 100+i and error kind i the
@@ -114,6 +128,7 @@ var fixedNames = []string{
 	"bucketd_replication_applied_total", "bucketd_replication_dropped_total", "bucketd_replication_errors_total",
 	"bucketd_replication_oom_refusals_total",
 	"bucketd_snapshot_last_success_timestamp_seconds", "bucketd_snapshot_failures_total",
+	"bucketd_store_redis_errors_total", "bucketd_store_policy_answers_total", "bucketd_store_script_loads_total",
 }
 
 // TestScrapeGolden scrapes a fresh registry fed by fixed numbers and
@@ -121,14 +136,16 @@ var fixedNames = []string{
 // after an intended change, and review the diff.
 func TestScrapeGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		replication bool
+		name     string
+		src      Sources
+		families int // the families exported, all of them named in fixedNames or tables
 	}{
-		{"standalone", false},
-		{"replicating", true},
+		{"standalone", fakeSources(false), 14}, // 13 from the collector, plus the histogram
+		{"replicating", fakeSources(true), 23}, // and 7 of replication, 2 of snapshots
+		{"store", fakeStoreSources(), 13 + 3},  // no shard queues; 3 of the store
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg, m := newRegistry(t, fakeSources(tc.replication))
+			reg, m := newRegistry(t, tc.src)
 			observeFixed(m)
 
 			path := filepath.Join("testdata", tc.name+".prom")
@@ -154,21 +171,17 @@ func TestScrapeGolden(t *testing.T) {
 			}
 
 			// Only the families above are exported: nothing unnamed slips in,
-			// and the replication families exist exactly when Replication is set.
+			// and the optional families exist exactly when their source is set.
 			families, err := reg.Gather()
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantFamilies := 14 // 13 from the collector, plus the histogram
-			if tc.replication {
-				wantFamilies += 7 + 2 // replication and snapshots
-			}
-			if len(families) != wantFamilies {
+			if len(families) != tc.families {
 				var names []string
 				for _, f := range families {
 					names = append(names, f.GetName())
 				}
-				t.Errorf("%d families %v, want %d", len(families), names, wantFamilies)
+				t.Errorf("%d families %v, want %d", len(families), names, tc.families)
 			}
 		})
 	}
@@ -201,7 +214,9 @@ func TestLabelValuesSpotCheck(t *testing.T) {
 // TestLint runs the Prometheus metric linter (what promtool check metrics
 // does) over everything bucketd registers, the runtime collectors included.
 func TestLint(t *testing.T) {
-	reg, m := newRegistry(t, fakeSources(true))
+	src := fakeSources(true)
+	src.Store = fakeStoreStats // never with replication in bucketd, but linted all the same
+	reg, m := newRegistry(t, src)
 	if err := RegisterRuntime(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -285,19 +300,20 @@ bucketd_command_duration_seconds_count 2
 // TestCollectCallsEachSourceOnce: one scrape reads each source once, so a
 // scrape is a consistent snapshot per source and costs a bounded amount.
 func TestCollectCallsEachSourceOnce(t *testing.T) {
-	var shards, depths, server, repl int
+	var shards, depths, server, repl, store int
 	full := fakeSources(true)
 	src := Sources{
 		Buckets:     func() decide.Stats { shards++; return full.Buckets() },
 		QueueDepths: func(dst []int) []int { depths++; return full.QueueDepths(dst) },
 		Server:      func() resp.ServerStats { server++; return full.Server() },
 		Replication: func() replica.Stats { repl++; return full.Replication() },
+		Store:       func() redisstore.RedisStats { store++; return fakeStoreStats() },
 	}
 	reg, _ := newRegistry(t, src)
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
-	if shards != 1 || depths != 1 || server != 1 || repl != 1 {
-		t.Errorf("calls per scrape: shards %d, depths %d, server %d, replication %d; want 1 each", shards, depths, server, repl)
+	if shards != 1 || depths != 1 || server != 1 || repl != 1 || store != 1 {
+		t.Errorf("calls per scrape: shards %d, depths %d, server %d, replication %d, store %d; want 1 each", shards, depths, server, repl, store)
 	}
 }

@@ -218,7 +218,7 @@ func (s *Store) learnSlotMap() bool {
 	ctx, cancel := context.WithTimeout(s.stopped, max(dbsizeTimeout, s.cfg.Timeout))
 	defer cancel()
 	if _, err := s.cluster.MasterForKey(ctx, ""); err != nil {
-		s.errs.Add(1)
+		s.countError(err)
 		s.logError("learning the cluster's slot map (CLUSTER SLOTS) failed", err, 0, "")
 		return false
 	}

@@ -164,7 +164,7 @@ func (l *lane) freeWorker(deadline time.Time, timer *time.Timer) *worker {
 func (s *Store) expireOps(c *Caller, ops []int32, err error, node string) {
 	for _, i := range ops {
 		k := c.ops[i].Kind
-		s.count(k, s.failResult(k), true)
+		s.count(k, s.failResult(k), err)
 		c.answer(i, s.failResult(k))
 	}
 	msg := "no pipeline to Redis free within the timeout; answered without sending"
@@ -216,7 +216,7 @@ func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
 			}
 			continue
 		}
-		if s.settle(p, i, s.failResult(p.refs[i].kind), true) {
+		if s.settle(p, i, s.failResult(p.refs[i].kind), context.DeadlineExceeded) {
 			n++
 		}
 	}
@@ -235,24 +235,24 @@ func (s *Store) failResult(k decide.Kind) decide.Answer {
 }
 
 // settle answers operation i of p with r, unless it has been answered
-// already; failed says r is the policy's. It reports whether it answered.
-func (s *Store) settle(p *pipe, i int, r decide.Answer, failed bool) bool {
+// already; a non-nil err says r is the policy's, and why. It reports
+// whether it answered.
+func (s *Store) settle(p *pipe, i int, r decide.Answer, err error) bool {
 	if !p.answered[i].CompareAndSwap(0, 1) {
 		return false
 	}
 	ref := &p.refs[i]
-	s.count(ref.kind, r, failed)
+	s.count(ref.kind, r, err)
 	ref.c.answer(ref.i, r)
 	return true
 }
 
-// count adds one answer to the counters.
-func (s *Store) count(k decide.Kind, r decide.Answer, failed bool) {
-	if failed {
-		s.errs.Add(1)
-		if k != decide.Reset {
-			s.degraded.Add(1)
-		}
+// count adds one answer to the counters; a non-nil failed is the Redis
+// error that made r the policy's answer.
+func (s *Store) count(k decide.Kind, r decide.Answer, failed error) {
+	if failed != nil {
+		s.countError(failed)
+		s.countPolicy(k)
 	}
 	if r.Err != nil {
 		return
@@ -294,7 +294,7 @@ func (w *worker) execute(p *pipe) {
 	for i := range p.refs {
 		v, err := w.batch.Reply(i)
 		r, err := s.outcome(p.refs[i].kind, v, err)
-		if s.settle(p, i, r, err != nil) && err != nil {
+		if s.settle(p, i, r, err) && err != nil {
 			failed++
 			lastErr = err
 			if redisscript.Classify(err) == redisscript.Transport {

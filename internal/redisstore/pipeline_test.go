@@ -49,7 +49,7 @@ func TestPipeTimerAnswersEachAtItsDeadline(t *testing.T) {
 	if want := young.deadline.Add(s.grace); !left || !next.Equal(want) {
 		t.Fatalf("next due %v (left %v), want %v", next, left, want)
 	}
-	if !s.settle(p, 1, decide.Answer{Decision: bucket.Decision{Allowed: true}}, false) {
+	if !s.settle(p, 1, decide.Answer{Decision: bucket.Decision{Allowed: true}}, nil) {
 		t.Fatal("Redis's reply to the young operation was not its answer")
 	}
 	if _, left := s.expirePipe(p, ""); left {

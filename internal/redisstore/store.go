@@ -115,6 +115,7 @@ type Store struct {
 
 	allowed, denied, peeks, resets atomic.Int64
 	errs, degraded, scriptLoads    atomic.Int64
+	kinds                          errorCounts // errs and degraded by kind (counters.go)
 
 	buckets     atomic.Int64
 	epoch       time.Time
@@ -371,7 +372,7 @@ func (s *Store) countKeys() {
 		return
 	}
 	if err != nil {
-		s.errs.Add(1)
+		s.countError(err)
 		s.logError("counting keys (DBSIZE) failed", err, 1, "")
 		return
 	}
