@@ -10,6 +10,7 @@ import (
 	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/redisstore"
+	"github.com/bucketd/bucketd/internal/redisurl"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -104,10 +105,18 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bu
 
 // newStoreClient connects store mode's Redis with the options the store
 // requires: no automatic retries (a timed-out call must never be replayed)
-// and context deadlines honoured.
+// and context deadlines honoured. A redis-sentinel:// URL gets go-redis's
+// failover client, which follows the master the Sentinels name.
 func newStoreClient(cfg config.Config) (redis.UniversalClient, error) {
 	if len(cfg.StoreCluster) > 0 {
 		return redis.NewClusterClient(redisstore.ClusterClientOptions(cfg.StoreCluster)), nil
+	}
+	if redisurl.IsSentinel(cfg.Store) {
+		opts, err := redisstore.FailoverOptions(cfg.Store)
+		if err != nil {
+			return nil, fmt.Errorf("--store: %w", err)
+		}
+		return redis.NewFailoverClient(opts), nil
 	}
 	opts, err := redisstore.ClientOptions(cfg.Store)
 	if err != nil {
