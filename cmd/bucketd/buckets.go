@@ -32,6 +32,8 @@ type buckets struct {
 
 	store  *redisstore.Store     // store mode
 	client redis.UniversalClient // store mode: the store's client, closed after it
+
+	sentinels int // the Sentinels of a redis-sentinel:// URL (either mode); 0 without
 }
 
 // openBuckets builds the buckets cfg's mode asks for and restores the
@@ -70,7 +72,7 @@ func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			b.close()
 			return nil, fmt.Errorf("--replicate: %w", err)
 		}
-		b.rep, b.mode = rep, "replicate"
+		b.rep, b.mode, b.sentinels = rep, "replicate", sentinelCount(cfg.Replicate)
 	}
 	return b, nil
 }
@@ -100,7 +102,20 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bu
 	if err := store.LoadScript(loadCtx); err != nil {
 		logger.Warn("could not load the script into Redis yet; it is loaded on first use", "err", err)
 	}
-	return &buckets{mode: "store", limiter: store, store: store, client: client}, nil
+	return &buckets{mode: "store", limiter: store, store: store, client: client, sentinels: sentinelCount(cfg.Store)}, nil
+}
+
+// sentinelCount is the number of Sentinels a redis-sentinel:// URL lists,
+// 0 for any other URL.
+func sentinelCount(url string) int {
+	if !redisurl.IsSentinel(url) {
+		return 0
+	}
+	o, err := redisurl.Failover(url)
+	if err != nil {
+		return 0 // not reached: the client was built from this URL
+	}
+	return len(o.SentinelAddrs)
 }
 
 // newStoreClient connects store mode's Redis with the options the store

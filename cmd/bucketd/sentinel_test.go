@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/testkit"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSentinelURLsWithTheBinary: the binary takes redis-sentinel:// URLs
@@ -76,4 +79,23 @@ func TestSentinelURLsWithTheBinary(t *testing.T) {
 	next := sen.WaitFailover(old)
 	testkit.Eventually(t, 20*time.Second, "a key to drain on the new master after the failover", func() bool { return drains(next) })
 	s.stop(t)
+}
+
+// TestRedisConnsCountsTheSentinels: through Sentinel the descriptors kept
+// for Redis include the failover client's connections to the Sentinels.
+func TestRedisConnsCountsTheSentinels(t *testing.T) {
+	const url = "redis-sentinel://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/m?pool_size=5"
+	opts, err := redisstore.FailoverOptions(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewFailoverClient(opts) // connects on first use only
+	t.Cleanup(func() { c.Close() })
+	b := &buckets{client: c, sentinels: sentinelCount(url)}
+	if got, want := redisConns(b), 5+redis.DefaultPipelinePoolSize+(5+1+3); got != want {
+		t.Fatalf("store mode through 3 Sentinels: %d connections counted, want %d", got, want)
+	}
+	if got, want := redisConns(&buckets{rep: &replica.Replicator{}, sentinels: 3}), 1+redis.DefaultPipelinePoolSize+(1+1+3); got != want {
+		t.Fatalf("replicate mode through 3 Sentinels: %d connections counted, want %d", got, want)
+	}
 }
