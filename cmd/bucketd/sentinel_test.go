@@ -58,7 +58,7 @@ func TestSentinelURLsWithTheBinary(t *testing.T) {
 	// drains acquires three times on a fresh key of capacity 2 and reports
 	// whether Redis answered (allowed, allowed, denied: the default 50 ms
 	// timeout may give the policy's answer on a busy machine) and the key
-	// is empty on the server on (but for the refill since).
+	// is empty on that server (but for the refill since).
 	attempt := 0
 	drains := func(on *redistest.Server) bool {
 		attempt++

@@ -39,7 +39,8 @@ func Dial(url string, cfg Config) (*Replicator, error) {
 // master), and the new master's run_id makes checkRestart re-send the
 // whole state, which covers the writes the old master had not passed on
 // to its replica. The failover client runs OnConnect on its connections to
-// the Sentinels as well; naming them is harmless.
+// the Sentinels as well; naming them is harmless (a Sentinel that refused
+// CLIENT SETNAME would turn fencing off, as such a Redis does).
 func newClient(url string, fence *Fence) (*redis.Client, error) {
 	if redisurl.IsSentinel(url) {
 		opts, err := redisurl.Failover(url)
