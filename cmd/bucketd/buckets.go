@@ -10,6 +10,7 @@ import (
 	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/redisstore"
+	"github.com/bucketd/bucketd/internal/redisurl"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -31,6 +32,8 @@ type buckets struct {
 
 	store  *redisstore.Store     // store mode
 	client redis.UniversalClient // store mode: the store's client, closed after it
+
+	sentinels int // the Sentinels of a redis-sentinel:// URL (either mode); 0 without
 }
 
 // openBuckets builds the buckets cfg's mode asks for and restores the
@@ -69,7 +72,7 @@ func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			b.close()
 			return nil, fmt.Errorf("--replicate: %w", err)
 		}
-		b.rep, b.mode = rep, "replicate"
+		b.rep, b.mode, b.sentinels = rep, "replicate", sentinelCount(cfg.Replicate)
 	}
 	return b, nil
 }
@@ -99,15 +102,36 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bu
 	if err := store.LoadScript(loadCtx); err != nil {
 		logger.Warn("could not load the script into Redis yet; it is loaded on first use", "err", err)
 	}
-	return &buckets{mode: "store", limiter: store, store: store, client: client}, nil
+	return &buckets{mode: "store", limiter: store, store: store, client: client, sentinels: sentinelCount(cfg.Store)}, nil
+}
+
+// sentinelCount is the number of Sentinels a redis-sentinel:// URL lists,
+// 0 for any other URL.
+func sentinelCount(url string) int {
+	if !redisurl.IsSentinel(url) {
+		return 0
+	}
+	o, err := redisurl.Failover(url)
+	if err != nil {
+		return 0 // not reached: the client was built from this URL
+	}
+	return len(o.SentinelAddrs)
 }
 
 // newStoreClient connects store mode's Redis with the options the store
 // requires: no automatic retries (a timed-out call must never be replayed)
-// and context deadlines honoured.
+// and context deadlines honoured. A redis-sentinel:// URL gets go-redis's
+// failover client, which follows the master the Sentinels name.
 func newStoreClient(cfg config.Config) (redis.UniversalClient, error) {
 	if len(cfg.StoreCluster) > 0 {
 		return redis.NewClusterClient(redisstore.ClusterClientOptions(cfg.StoreCluster)), nil
+	}
+	if redisurl.IsSentinel(cfg.Store) {
+		opts, err := redisstore.FailoverOptions(cfg.Store)
+		if err != nil {
+			return nil, fmt.Errorf("--store: %w", err)
+		}
+		return redis.NewFailoverClient(opts), nil
 	}
 	opts, err := redisstore.ClientOptions(cfg.Store)
 	if err != nil {

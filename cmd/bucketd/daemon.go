@@ -84,7 +84,10 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 // descriptors FitMaxClients keeps: in store mode the client's pool and
 // pipeline pool (per seed node of a cluster, a lower bound when the
 // cluster has more masters); with --replicate the replicator's one
-// connection and its pipeline pool.
+// connection and its pipeline pool. Through Sentinel, go-redis's failover
+// client adds its Sentinel client's pool (as large as its own pool), a
+// subscription, and a connection to each Sentinel while it looks for the
+// master.
 func redisConns(b *buckets) int {
 	pools := func(pool, pipeline int) int {
 		switch {
@@ -98,11 +101,17 @@ func redisConns(b *buckets) int {
 	n := 0
 	if b.rep != nil {
 		n += pools(1, 0)
+		if b.sentinels > 0 {
+			n += 1 + 1 + b.sentinels
+		}
 	}
 	switch c := b.client.(type) {
 	case *redis.Client:
 		o := c.Options()
 		n += pools(o.PoolSize, o.PipelinePoolSize)
+		if b.sentinels > 0 {
+			n += o.PoolSize + 1 + b.sentinels
+		}
 	case *redis.ClusterClient:
 		o := c.Options()
 		n += pools(o.PoolSize, o.PipelinePoolSize) * len(o.Addrs)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bucketd/bucketd/internal/redisurl"
 )
 
 // setting describes one server setting: its flag name (which is also its
@@ -104,7 +106,7 @@ var settings = []setting{
 		func(d time.Duration) bool { return d == 0 || d >= time.Second },
 		"use 0 (never) or a duration of at least 1s, such as 5m"),
 	redisURL("replicate",
-		"copy bucket state asynchronously to the Redis at this redis:// or rediss:// URL (password in the URL); memory still decides",
+		"copy bucket state asynchronously to the Redis at this redis:// or rediss:// URL (password in the URL), or to the master that the Sentinels of a redis-sentinel://host:port,.../master URL name; memory still decides",
 		func(c *Config) *string { return &c.Replicate }),
 	text("replicate-prefix", "prefix",
 		"prefix of the bucket keys in Redis, in replicate and store modes",
@@ -117,7 +119,7 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.ReplicateInterval },
 		func(d time.Duration) bool { return d >= time.Millisecond }, "use a duration of at least 1ms, such as 1s"),
 	redisURL("store",
-		"keep the buckets in the standalone Redis at this redis:// or rediss:// URL instead of in memory",
+		"keep the buckets in the standalone Redis at this redis:// or rediss:// URL, or in the master that the Sentinels of a redis-sentinel://host:port,.../master URL name, instead of in memory",
 		func(c *Config) *string { return &c.Store }),
 	{
 		name: "store-cluster", arg: "host:port,...",
@@ -292,13 +294,19 @@ func validPort(p string, lo int) bool {
 	return err == nil && n >= lo && n <= 65535 && p[0] != '+'
 }
 
-// checkRedisURL accepts "" or redis://[user:password@]host[:port][/db] and
-// the same with rediss:// (TLS).
+// checkRedisURL accepts "" or redis://[user:password@]host[:port][/db],
+// the same with rediss:// (TLS), and the Sentinel URLs of redisurl
+// (redis-sentinel://[user:password@]host:port,.../master), which it parses
+// the way the client will.
 func checkRedisURL(v string) error {
 	if v == "" {
 		return nil
 	}
-	hint := errors.New("use a redis:// or rediss:// (TLS) URL, such as redis://:password@10.0.0.5:6379/0")
+	if redisurl.IsSentinel(v) {
+		_, err := redisurl.Failover(v)
+		return err
+	}
+	hint := errors.New("use a redis:// or rediss:// (TLS) URL, such as redis://:password@10.0.0.5:6379/0, or for Redis Sentinel a URL such as " + redisurl.Example)
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Opaque != "" || u.Hostname() == "" {
 		return hint
@@ -314,16 +322,31 @@ func checkRedisURL(v string) error {
 	return nil
 }
 
-// redactURL hides the password of a URL for error messages and logs.
+// redactURL hides the passwords of a URL for error messages and logs: the
+// one before the host, and the values of query parameters whose name
+// holds "password" (sentinel_password).
 func redactURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil {
-		if strings.Contains(v, "@") {
+		if strings.Contains(v, "@") || strings.Contains(strings.ToLower(v), "password") {
 			return "[hidden: not a URL, may hold a password]"
 		}
 		return v
 	}
-	if _, ok := u.User.Password(); !ok {
+	hidden := false
+	q := u.Query()
+	for name, vals := range q {
+		if strings.Contains(strings.ToLower(name), "password") {
+			for i := range vals {
+				vals[i] = "xxxxx"
+			}
+			hidden = true
+		}
+	}
+	if hidden {
+		u.RawQuery = q.Encode()
+	}
+	if _, ok := u.User.Password(); !ok && !hidden {
 		return v // nothing to hide; keep the text as the user wrote it
 	}
 	return u.Redacted()

@@ -17,6 +17,7 @@ import (
 	"github.com/bucketd/bucketd/internal/info"
 	"github.com/bucketd/bucketd/internal/ratelog"
 	"github.com/bucketd/bucketd/internal/redisscript"
+	"github.com/bucketd/bucketd/internal/redisurl"
 	"github.com/bucketd/bucketd/internal/resp"
 )
 
@@ -209,6 +210,22 @@ func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
 // until the timeout (the answer is the policy's either way).
 func ClientOptions(url string) (*redis.Options, error) {
 	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = 1
+	return o, nil
+}
+
+// FailoverOptions parses a redis-sentinel:// URL (the Sentinels and the
+// master's name; see redisurl) into options for redis.NewFailoverClient,
+// set like ClientOptions; New accepts the client. Through a failover its
+// calls fail (the policy answers) until the Sentinels name the new master,
+// and the client's next connections go there.
+func FailoverOptions(url string) (*redis.FailoverOptions, error) {
+	o, err := redisurl.Failover(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}

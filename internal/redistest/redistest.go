@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: one
-// standalone server (Start) or a Redis Cluster of several masters
-// (StartCluster), each on free loopback ports, in a temporary directory,
+// standalone server (Start), a Redis Cluster of several masters
+// (StartCluster), or a master with a replica watched by Redis Sentinels
+// (StartSentinel), each on free loopback ports, in a temporary directory,
 // with persistence off, and killed when the test ends.
 //
 // When redis-server is not installed the calling test is skipped with a
@@ -97,6 +98,7 @@ type Server struct {
 
 	t       testing.TB
 	bin     string
+	conf    string   // a Sentinel's config file, which redis-server rewrites; "" for a server
 	extra   []string // arguments after the common ones
 	logFrom int64    // where the log of the latest run starts
 
@@ -137,6 +139,15 @@ func Start(t testing.TB, extraArgs ...string) *Server {
 func start(t testing.TB, extraArgs []string, bus bool) *Server {
 	t.Helper()
 	s := &Server{t: t, bin: ServerBinary(t), Dir: t.TempDir()}
+	s.run(extraArgs, bus)
+	return s
+}
+
+// run starts the prepared s on a free port, trying another when the port
+// turns out to be taken, and makes the test's cleanup kill it.
+func (s *Server) run(extraArgs []string, bus bool) {
+	t := s.t
+	t.Helper()
 	t.Cleanup(s.cleanup)
 	var err error
 	for range startTries {
@@ -153,7 +164,6 @@ func start(t testing.TB, extraArgs []string, bus bool) *Server {
 	if err != nil {
 		t.Fatalf("redistest: starting redis-server: %v", err)
 	}
-	return s
 }
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1. redis-server
@@ -185,6 +195,10 @@ func (s *Server) launch() error {
 		"--dir", s.Dir,
 		"--daemonize", "no",
 		"--logfile", "", // log to stdout, which goes to redis.log
+	}
+	if s.conf != "" {
+		// The file comes first; Sentinel saves its state into it.
+		args = append([]string{s.conf, "--sentinel"}, args...)
 	}
 	args = append(args, s.extra...)
 	log, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -3,6 +3,7 @@ package redistest_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +109,35 @@ func TestCluster(t *testing.T) {
 		if err != nil || size == 0 {
 			t.Fatalf("node %s holds %d keys (%v); the keys should spread over every master", n.Addr, size, err)
 		}
+	}
+}
+
+func TestSentinelFailsOver(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	s := redistest.StartSentinel(t, 3)
+	t.Logf("master, replica and 3 Sentinels ready in %v", time.Since(start).Round(time.Millisecond))
+	old := s.Master()
+	if old != s.Servers[0] {
+		t.Fatalf("the Sentinels name %s master, want %s", old.Addr, s.Servers[0].Addr)
+	}
+	if err := old.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	old.Kill()
+	next := s.WaitFailover(old)
+	t.Logf("failover after kill -9 took %v", time.Since(killed).Round(time.Millisecond))
+	if next != s.Servers[1] {
+		t.Fatalf("new master %s, want the replica %s", next.Addr, s.Servers[1].Addr)
+	}
+	if err := next.Client().Set(ctx, "k2", "v", 0).Err(); err != nil {
+		t.Fatalf("SET on the new master: %v", err)
+	}
+	if s.MasterAddr() != next.Addr {
+		t.Fatalf("MasterAddr %s, want %s", s.MasterAddr(), next.Addr)
+	}
+	if !strings.HasPrefix(s.URL("db=1"), "redis-sentinel://127.0.0.1:") || !strings.HasSuffix(s.URL("db=1"), "/mymaster?db=1") {
+		t.Fatalf("URL %s", s.URL("db=1"))
 	}
 }

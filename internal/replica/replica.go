@@ -193,6 +193,7 @@ func (r *Replicator) flush(ctx context.Context, all bool) error {
 	if err := r.fence(ctx); err != nil {
 		return r.failed(err)
 	}
+	wroteBefore := r.applied.Load() > 0 // in earlier flushes
 	if err := r.writeChanges(ctx); err != nil {
 		return err
 	}
@@ -210,7 +211,7 @@ func (r *Replicator) flush(ctx context.Context, all bool) error {
 		}
 		r.reconciles--
 	}
-	if err := r.checkRestart(ctx); err != nil {
+	if err := r.checkRestart(ctx, wroteBefore); err != nil {
 		return err
 	}
 	if err := r.resyncAfterDrops(ctx); err != nil {
@@ -274,8 +275,13 @@ func (r *Replicator) writeChanges(ctx context.Context) error {
 
 // checkRestart re-sends the whole state when Redis restarted: one without
 // persistence has lost the copy, and keys that do not change again would
-// stay missing. Its run_id tells, checked every RestartCheck.
-func (r *Replicator) checkRestart(ctx context.Context) error {
+// stay missing. A failover (Sentinel) is the same: the replica promoted
+// may not have received the last writes. Its run_id tells, checked every
+// RestartCheck. When the first run_id is learnt only after earlier
+// flushes wrote (wroteBefore: Redis did not answer the first checks),
+// nobody saw which Redis took those writes, which may be lost since: the
+// whole state is re-sent then too, without a log line.
+func (r *Replicator) checkRestart(ctx context.Context, wroteBefore bool) error {
 	if time.Since(r.checkedAt) < r.cfg.RestartCheck {
 		return nil
 	}
@@ -284,9 +290,12 @@ func (r *Replicator) checkRestart(ctx context.Context) error {
 	if err != nil {
 		return nil // checked again next time
 	}
-	if r.runID != "" && id != r.runID {
+	changed := r.runID != "" && id != r.runID
+	if changed || (r.runID == "" && wroteBefore) {
 		r.resyncs.Add(1)
-		r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
+		if changed {
+			r.cfg.Logger.Warn("the replicate Redis restarted (new run_id); re-sending the whole state")
+		}
 		if err := r.trackAll(); err != nil {
 			return err
 		}

@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketd/bucketd/internal/redisurl"
 )
 
 // Dial returns a Replicator that copies to the Redis at url (redis:// or
-// rediss://, as --replicate takes it), with the client the replicator
+// rediss://, as --replicate takes it, or redis-sentinel:// for the master
+// that Redis Sentinel names: see redisurl), with the client the replicator
 // needs: it never retries on its own (the replicator retries whole batches
 // with backoff), its socket waits end with the replicator's per-pipeline
 // timeout, and it is fenced (see Fence) on its one connection: the
@@ -17,18 +20,48 @@ import (
 // the fence's kills few. cfg.Client and cfg.Fence are set here; the other
 // fields are New's. An error comes from parsing url or from New.
 func Dial(url string, cfg Config) (*Replicator, error) {
+	fence := &Fence{}
+	client, err := newClient(url, fence)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Fence = fence
+	cfg.Client = client
+	return New(cfg)
+}
+
+// newClient builds Dial's client. Through Sentinel it is go-redis's
+// failover client: it asks the Sentinels for the master at every new
+// connection and drops its connections when they announce a new master
+// (+switch-master). The replicator needs nothing more to follow a
+// failover: the write that fails is retried on the new master, the Fence
+// finds nothing to kill there (the old connections were to the old
+// master), and the new master's run_id makes checkRestart re-send the
+// whole state, which covers the writes the old master had not passed on
+// to its replica. The failover client runs OnConnect on its connections to
+// the Sentinels as well; naming them is harmless (a Sentinel that refused
+// CLIENT SETNAME would turn fencing off, as such a Redis does).
+func newClient(url string, fence *Fence) (*redis.Client, error) {
+	if redisurl.IsSentinel(url) {
+		opts, err := redisurl.Failover(url)
+		if err != nil {
+			return nil, err
+		}
+		opts.MaxRetries = -1
+		opts.ContextTimeoutEnabled = true
+		opts.OnConnect = fence.OnConnect
+		opts.PoolSize = 1
+		return redis.NewFailoverClient(opts), nil
+	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
 	opts.MaxRetries = -1
 	opts.ContextTimeoutEnabled = true
-	fence := &Fence{}
 	opts.OnConnect = fence.OnConnect
 	opts.PoolSize = 1
-	cfg.Fence = fence
-	cfg.Client = redis.NewClient(opts)
-	return New(cfg)
+	return redis.NewClient(opts), nil
 }
 
 // LoadAtStart is the start-up policy: take the bucket state back from
