@@ -322,24 +322,26 @@ type walk struct {
 }
 
 // moving runs before entry i is removed: when that moves the last entry
-// from where the cursor has yet to go to where it has been, remember it.
+// from where the cursor has yet to go to where it has been, remember it,
+// unless it is full at that instant (now, the shard clock).
 func (w *walk) moving(s *shard, i int32) {
 	last := s.t.len() - 1
 	if int(i) < w.cursor && last >= w.cursor {
-		e := &s.t.entries[last]
-		w.moved = append(w.moved, e.record(s.t.key(e), s.base))
+		if e := &s.t.entries[last]; !e.full(s.clock()) {
+			w.moved = append(w.moved, e.record(s.t.key(e), s.base))
+		}
 	}
 }
 
 // next appends the live buckets among the next max entries (moved ones
-// first) and reports whether the walk is complete.
+// first) and reports whether the walk is complete. A moved record is
+// handed out as it was when it moved, without a second look: the bucket
+// may have changed since, and its old copy, refilled to now, could look
+// full while the bucket is not (a restore leaves a full record out anyway).
 func (w *walk) next(s *shard, dst []Record, max int, now int64) ([]Record, bool) {
 	for ; max > 0 && len(w.moved) > 0; max-- {
-		r := w.moved[len(w.moved)-1]
+		dst = append(dst, w.moved[len(w.moved)-1])
 		w.moved = w.moved[:len(w.moved)-1]
-		if e := r.entry(s.base); !e.full(now) {
-			dst = append(dst, r)
-		}
 	}
 	for ; max > 0 && w.cursor < s.t.len(); max-- {
 		if e := &s.t.entries[w.cursor]; !e.full(now) {
