@@ -234,11 +234,11 @@ func (s *Server) planQueued(sess *session) ([]decide.Answer, error) {
 	t := &sess.tx
 	arg := 0
 	for _, q := range t.cmds {
-		args := t.argsOf(q, &arg)
 		if q.spec.plan == nil {
+			arg += q.nargs
 			continue
 		}
-		if e := q.spec.plan(s, sess, args); e != nil {
+		if e := q.spec.plan(s, sess, t.argsOf(q, &arg)); e != nil {
 			sess.planError(e)
 		}
 	}
@@ -257,9 +257,8 @@ func (s *Server) writeQueued(c redcon.Conn, sess *session, answers []decide.Answ
 	t := &sess.tx
 	arg, next, k := 0, 0, 0
 	for _, q := range t.cmds {
-		args := t.argsOf(q, &arg)
 		if q.spec.plan == nil {
-			if e := q.spec.run(s, c, sess, args); e != nil {
+			if e := q.spec.run(s, c, sess, t.argsOf(q, &arg)); e != nil {
 				sess.writeError(c, e)
 			}
 			continue
@@ -267,7 +266,9 @@ func (s *Server) writeQueued(c redcon.Conn, sess *session, answers []decide.Answ
 		p := sess.plan[k]
 		k++
 		if sess.writePlanned(c, p, answers, &next, err) && sess.tracking.on && sess.tracking.tracks() {
-			sess.trackKeys(q.spec.keys, args)
+			sess.trackKeys(q.spec.keys, t.argsOf(q, &arg))
+		} else {
+			arg += q.nargs // the arguments are not needed again
 		}
 	}
 	// Pushes exist only in RESP3: a HELLO 2 in the transaction leaves the
