@@ -64,6 +64,12 @@ var (
 	ErrUnsupported = errors.New("decide: not supported by this store")
 )
 
+// ErrCrossSlot is what a store returns, with no answers, when it cannot
+// answer a unit of requests (a transaction, RunIsolated) as one: in Redis
+// store mode on a Redis Cluster, their keys are in different hash slots.
+// None of the requests took effect.
+var ErrCrossSlot = errors.New("decide: the keys of one transaction are in different hash slots of the Redis Cluster")
+
 // Stats are the counters every store keeps, read from atomics without
 // stopping it. A store leaves at zero what it does not have (the Redis
 // store has no shards, no sweeper and no tables in bucketd's memory).

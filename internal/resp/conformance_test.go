@@ -80,6 +80,28 @@ var conformanceCommands = [][][]string{
 	{{"CONFIG", "RELOAD"}},
 	{{"AUTH", "secret"}},
 	{{"AUTH", "default", "anything"}},
+	{{"EXEC"}},
+	{{"DISCARD"}},
+	{{"EXEC", "x"}},
+	{{"WATCH", "k"}},
+	{{"UNWATCH"}},
+	{{"MULTI"}, {"EXEC"}},
+	{{"MULTI"}, {"TB.ACQUIRE", "k", "10", "1"}, {"DISCARD"}},
+	{{"MULTI"}, {"TB.ACQUIRE", "k", "10", "1", "1", "WITHINFO"}, {"TB.ACQUIRE", "k", "nan", "1"}, {"PING"},
+		{"TB.PEEK", "k", "10", "1"}, {"CL.THROTTLE", "t", "1", "2", "60"}, {"TB.RESET", "nosuch"}, {"CONFIG", "GET", "save"},
+		{"INFO", "nosuch"}, {"COMMAND", "INFO", "nosuch"}, {"UNWATCH"}, {"EXEC"}},
+	{{"MULTI"}, {"MULTI"}, {"WATCH", "k"}, {"PING"}, {"EXEC"}}, // neither error discards the transaction
+	{{"MULTI"}, {"FOO"}, {"TB.ACQUIRE", "k", "10"}, {"CLIENT", "NOSUCH"}, {"TB.ACQUIRE", "k", "10", "1"}, {"EXEC"}},
+	{{"TB.PEEK", "k", "10", "1"}}, // the discarded transaction took nothing
+	{{"MULTI"}, {"EXEC", "x"}},
+	{{"EXEC"}},
+	{{"CLIENT", "TRACKING", "ON"}},
+	{{"MULTI"}, {"TB.ACQUIRE", "a", "10", "1"}, {"TB.PEEK", "b", "10", "1"}, {"PING"}, {"EXEC"}}, // invalidations after the array
+	{{"CLIENT", "TRACKING", "OFF"}},
+	{{"CLIENT", "TRACKING", "ON", "OPTIN"}},
+	{{"CLIENT", "CACHING", "YES"}, {"MULTI"}, {"PTTL", "k"}, {"TB.PEEK", "k", "10", "1"}, {"EXEC"}}, // rueidis's DoCache
+	{{"CLIENT", "CACHING", "YES"}, {"MULTI"}, {"TB.PEEK", "k", "10", "1"}, {"EXEC"}},
+	{{"CLIENT", "TRACKING", "OFF"}},
 	{{"FOO", "a", "b"}},
 	{{"QUIT"}},
 }

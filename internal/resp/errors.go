@@ -2,6 +2,7 @@ package resp
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/bucketd/bucketd/internal/decide"
@@ -85,6 +86,33 @@ var (
 	errWrongPass     = &errorReply{"WRONGPASS invalid username-password pair or user is disabled.", ErrAuth}
 	errNoPasswordSet = &errorReply{"ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?", ErrAuth}
 )
+
+// Replies of MULTI, EXEC, DISCARD and WATCH, worded as Redis 7.2 words
+// them, except errWatchUnsupported: bucketd has no WATCH.
+var (
+	errExecNoMulti      = &errorReply{"ERR EXEC without MULTI", ErrInvalidArg}
+	errDiscardNoMulti   = &errorReply{"ERR DISCARD without MULTI", ErrInvalidArg}
+	errMultiNested      = &errorReply{"ERR MULTI calls can not be nested", ErrInvalidArg}
+	errWatchInMulti     = &errorReply{"ERR WATCH inside MULTI is not allowed", ErrInvalidArg}
+	errExecAbort        = &errorReply{"EXECABORT Transaction discarded because of previous errors.", ErrInvalidArg}
+	errCrossSlot        = &errorReply{"CROSSSLOT Keys in request don't hash to the same slot", ErrInvalidArg}
+	errWatchUnsupported = &errorReply{"ERR WATCH is not supported by bucketd: a bucket changes with time alone, so a watched bucket would always count as changed. " +
+		"Send MULTI ... EXEC without WATCH: EXEC runs the queued commands with no other client's command in between", ErrInvalidArg}
+)
+
+// execAborted is Redis's reply to an EXEC that is itself refused (a wrong
+// number of arguments, NOAUTH): the refusal, without its "ERR " prefix,
+// after "EXECABORT Transaction discarded because of: ". It keeps e's kind.
+func execAborted(e *errorReply) *errorReply {
+	return &errorReply{"EXECABORT Transaction discarded because of: " + strings.TrimPrefix(e.text, "ERR "), e.kind}
+}
+
+// txTooLong is the reply to a command that would make a transaction hold
+// more than maxCmds commands or maxBytes bytes (see transaction.go).
+func txTooLong(maxCmds, maxBytes int) *errorReply {
+	return &errorReply{"ERR too many commands queued: a transaction holds at most " + strconv.Itoa(maxCmds) + " commands and " +
+		strconv.Itoa(maxBytes) + " bytes (--max-query-bytes); EXEC will discard it (EXECABORT): split it into smaller transactions", ErrInvalidArg}
+}
 
 // Replies when the store cannot answer.
 var (

@@ -41,8 +41,35 @@ func FuzzCommandArgs(f *testing.F) {
 			if !ok || n != len(c.out) || c.out[0] == '>' {
 				t.Fatalf("%q (%+v): reply %q is not exactly one RESP value (and an invalidation)", args, conn, c.out)
 			}
+			fuzzInTransaction(t, args, conn.resp3, conn.tracking)
 		}
 	})
+}
+
+// fuzzInTransaction sends args between MULTI and EXEC: the replies must be
+// well-formed RESP values, no push before EXEC's reply, no operation left
+// queued, and no transaction left open (unless args was QUIT, which ends
+// the connection).
+func fuzzInTransaction(t *testing.T, args [][]byte, resp3, tracking bool) {
+	srv, c := newBenchServer(t)
+	c.sess.resp3, c.sess.tracking.on = resp3, tracking
+	c.rest = []redcon.Command{{Args: args}, {Args: [][]byte{[]byte("EXEC")}}}
+	srv.handle(c, redcon.Command{Args: [][]byte{[]byte("MULTI")}})
+	if len(c.sess.caller.(*inlineCaller).ops) != 0 || c.sess.tx.open && !c.sess.quit {
+		t.Fatalf("%q in a transaction: ops left queued, or the transaction left open", args)
+	}
+	values, pushed := 0, false
+	for pos := 0; pos < len(c.out); values++ {
+		n, ok := replyLen(c.out[pos:])
+		if !ok || c.out[pos] == '>' && values < 3 {
+			t.Fatalf("%q in a transaction: replies %q are not RESP values with pushes after EXEC's", args, c.out)
+		}
+		pushed = pushed || c.out[pos] == '>'
+		pos += n
+	}
+	if values < 2 || pushed && !tracking {
+		t.Fatalf("%q in a transaction: %d replies %q", args, values, c.out)
+	}
 }
 
 // replyLen returns the length of the first RESP2 or RESP3 value in b.

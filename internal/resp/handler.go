@@ -67,18 +67,30 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 // exec plans a bucket command or, for anything else, first answers the
 // planned commands (so replies keep their order and INFO or DBSIZE see the
 // effect of earlier commands) and then answers it directly. An error found
-// before the command runs is planned like a reply, in its place.
+// before the command runs is planned like a reply, in its place. Between
+// MULTI and EXEC a command is queued instead (transaction.go), unless it
+// acts at once; nothing is planned then, so the replies written directly
+// keep their order.
 //
 // With CLIENT TRACKING on, trackCommand then sees every command; that one
-// test of a session flag is all tracking costs a connection without it.
+// test of a session flag, and the one of tx.open, is all tracking and
+// transactions cost a connection that uses neither.
 func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 	cmd, e := sess.resolve(args)
+	if e != nil && equalFold(args[0], "EXEC") {
+		e = sess.tx.refuseExec(e)
+	}
+	planned := false
 	switch {
+	case sess.tx.open && (e != nil || !cmd.atOnce):
+		s.queue(c, sess, cmd, e, args)
 	case e != nil:
 		sess.planError(e)
 	case cmd.plan != nil:
 		if e = cmd.plan(s, sess, args); e != nil {
 			sess.planError(e)
+		} else {
+			planned = true
 		}
 	default:
 		s.flushPlan(c, sess)
@@ -87,7 +99,7 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 		}
 	}
 	if sess.tracking.on {
-		sess.trackCommand(cmd, e == nil && cmd.plan != nil, args)
+		sess.trackCommand(cmd, planned, args)
 	}
 }
 
@@ -228,26 +240,39 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 	answers, err := sess.caller.Run()
 	next := 0
 	for _, p := range sess.plan {
-		answered := false
-		switch {
-		case p.kind == planError:
-			sess.writeError(c, p.err)
-		case err != nil:
-			sess.writeError(c, errShuttingDown)
-		default:
-			rs := answers[next : next+int(p.ops)]
-			next += int(p.ops)
-			if e := answerError(rs); e != nil {
-				sess.writeError(c, e)
-			} else {
-				writeAnswer(c, p.kind, rs)
-				answered = true
-			}
-		}
+		answered := sess.writePlanned(c, p, answers, &next, err)
 		if p.push {
 			sess.writeInvalidation(c, answered)
 		}
 	}
+	sess.endPlan()
+}
+
+// writePlanned writes the reply of one planned command: its error, the
+// store's failure (err, from Run), or the reply made from its answers,
+// answers[*next:], past which it moves *next. It reports whether the reply
+// carries a value, that is, is not an error.
+func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Answer, next *int, err error) bool {
+	switch {
+	case p.kind == planError:
+		sess.writeError(c, p.err)
+		return false
+	case err != nil:
+		sess.writeError(c, errShuttingDown)
+		return false
+	}
+	rs := answers[*next : *next+int(p.ops)]
+	*next += int(p.ops)
+	if e := answerError(rs); e != nil {
+		sess.writeError(c, e)
+		return false
+	}
+	writeAnswer(c, p.kind, rs)
+	return true
+}
+
+// endPlan empties the plan once its replies are written.
+func (sess *session) endPlan() {
 	clear(sess.plan) // drop dynamic error replies
 	sess.plan = sess.plan[:0]
 	sess.keys = sess.keys[:0]

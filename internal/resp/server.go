@@ -29,9 +29,16 @@ type Limiter interface {
 // answers every request queued since the last Run, in order (requests on
 // one key take effect in the order they were added), and returns the
 // answers, valid until the next Run. A Caller is used by one goroutine.
+//
+// RunIsolated is Run for EXEC: it answers the queued requests as one unit,
+// so that no request of another Caller is answered between the first and
+// the last of them, whatever buckets they touch. When the store cannot
+// answer them as one unit (store mode on a Redis Cluster, keys in several
+// hash slots) it answers none and returns decide.ErrCrossSlot.
 type Caller interface {
 	Add(r decide.Request)
 	Run() ([]decide.Answer, error)
+	RunIsolated() ([]decide.Answer, error)
 }
 
 // Memory serves the buckets from the in-memory shards of g.
@@ -109,6 +116,7 @@ type Server struct {
 	n            counters
 	password     passwordCheck
 	policies     atomic.Pointer[map[string]Policy]
+	txTooLong    *errorReply // the reply to a command beyond a transaction's bound
 }
 
 // NewServer validates cfg and fills in defaults.
@@ -149,6 +157,7 @@ func NewServer(cfg Config) (*Server, error) {
 		password: newPasswordCheck(cfg.RequirePass),
 	}
 	s.hs = tlsHandshake{timeout: cfg.HandshakeTimeout, failures: &s.n.tlsHandshakeFailures}
+	s.txTooLong = txTooLong(maxQueued, cfg.Limits.MaxQueryBytes)
 	s.SetPolicies(nil)
 	return s, nil
 }
@@ -233,8 +242,9 @@ type session struct {
 	quit   bool
 	authed bool
 	tally  tally
-	keys   []byte // prefixed keys of this pipeline's policy commands
-	wire          // RESP version and client-side caching (reply.go)
+	keys   []byte      // prefixed keys of this pipeline's policy commands
+	tx     transaction // MULTI ... EXEC (transaction.go)
+	wire               // RESP version and client-side caching (reply.go)
 }
 
 // accept is redcon's accept hook, called on the accept goroutine for each

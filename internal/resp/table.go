@@ -28,6 +28,11 @@ const (
 	cmdDBSize
 	cmdConfig
 	cmdAuth
+	cmdMulti
+	cmdExec
+	cmdDiscard
+	cmdWatch
+	cmdUnwatch
 	numCommands // not a command: the number of cmdIDs
 )
 
@@ -49,6 +54,9 @@ type commandSpec struct {
 	maxArgs int
 	flags   []string
 	keys    keyRange
+	// atOnce: between MULTI and EXEC the command acts at once instead of
+	// being queued (MULTI, EXEC, DISCARD, WATCH and QUIT, as in Redis).
+	atOnce bool
 
 	plan func(s *Server, sess *session, args [][]byte) *errorReply
 	run  func(s *Server, c redcon.Conn, sess *session, args [][]byte) *errorReply
@@ -71,6 +79,7 @@ var commandTable []commandSpec
 
 func init() {
 	oneKey := keyRange{1, 1, 1}
+	txFlags := []string{"noscript", "loading", "stale", "fast", "allow_busy"} // Redis 7's
 	commandTable = []commandSpec{
 		{id: cmdAcquire, upper: "TB.ACQUIRE", arity: -4, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planAcquire},
 		{id: cmdPeek, upper: "TB.PEEK", arity: -4, maxArgs: 5, flags: []string{"readonly", "fast"}, keys: oneKey, plan: (*Server).planPeek},
@@ -78,7 +87,7 @@ func init() {
 		{id: cmdThrottle, upper: "CL.THROTTLE", arity: -5, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planThrottle},
 		{id: cmdPing, upper: "PING", arity: -1, maxArgs: 2, flags: []string{"fast", "stale"}, run: (*Server).cmdPing},
 		{id: cmdEcho, upper: "ECHO", arity: 2, flags: []string{"fast"}, run: (*Server).cmdEcho},
-		{id: cmdQuit, upper: "QUIT", arity: -1, flags: []string{"fast", "noauth"}, run: (*Server).cmdQuit},
+		{id: cmdQuit, upper: "QUIT", arity: -1, flags: []string{"fast", "noauth"}, atOnce: true, run: (*Server).cmdQuit},
 		{id: cmdSelect, upper: "SELECT", arity: 2, flags: []string{"fast", "loading"}, run: (*Server).cmdSelect},
 		{id: cmdHello, upper: "HELLO", arity: -1, flags: []string{"fast", "noauth"}, run: (*Server).cmdHello},
 		{id: cmdClient, upper: "CLIENT", arity: -2, flags: []string{"fast"}, subs: []commandSpec{
@@ -107,6 +116,11 @@ func init() {
 			{upper: "RELOAD", arity: 2, run: (*Server).cmdConfigReload},
 		}},
 		{id: cmdAuth, upper: "AUTH", arity: -2, maxArgs: 3, flags: []string{"fast", "noauth"}, run: (*Server).cmdAuth},
+		{id: cmdMulti, upper: "MULTI", arity: 1, flags: txFlags, atOnce: true, run: (*Server).cmdMulti},
+		{id: cmdExec, upper: "EXEC", arity: 1, flags: []string{"noscript", "loading", "stale", "skip_slowlog"}, atOnce: true, run: (*Server).cmdExec},
+		{id: cmdDiscard, upper: "DISCARD", arity: 1, flags: txFlags, atOnce: true, run: (*Server).cmdDiscard},
+		{id: cmdWatch, upper: "WATCH", arity: -2, flags: txFlags, keys: keyRange{1, -1, 1}, atOnce: true, run: (*Server).cmdWatch},
+		{id: cmdUnwatch, upper: "UNWATCH", arity: 1, flags: txFlags, run: (*Server).cmdUnwatch},
 	}
 	for i := range commandTable {
 		cmd := &commandTable[i]

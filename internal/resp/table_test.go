@@ -74,12 +74,20 @@ func TestWrongArityForEveryCommand(t *testing.T) {
 		{"config|reload", "CONFIG RELOAD now"},
 		{"auth", "AUTH"},
 		{"auth", "AUTH default pw x"},
+		{"multi", "MULTI x"},
+		{"discard", "DISCARD x"},
+		{"watch", "WATCH"},
+		{"unwatch", "UNWATCH x"},
+		{"exec", "EXEC x"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		srv, c := newBenchServer(t)
 		reply, d := errorDelta(t, srv, c, strings.Fields(tc.args)...)
 		want := "-ERR wrong number of arguments for '" + tc.name + "' command\r\n"
+		if tc.name == "exec" { // a refused EXEC is an EXECABORT in Redis
+			want = "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n"
+		}
 		if reply != want || !onlyKind(d, ErrArity) {
 			t.Errorf("%s: reply %q, counted %v; want %q counted once as arity", tc.args, reply, d, want)
 		}
@@ -136,6 +144,7 @@ func (c *answerCaller) Run() ([]decide.Answer, error) {
 	c.n = 0
 	return a, c.runErr
 }
+func (c *answerCaller) RunIsolated() ([]decide.Answer, error) { return c.Run() }
 
 // TestErrorRepliesCarryTextAndKind: each error reply reaches the client with
 // its text and is counted once under its kind.
@@ -244,13 +253,13 @@ func TestFixedErrorRepliesAllocateNothing(t *testing.T) {
 func TestCommandReplyUnchanged(t *testing.T) {
 	srv, c := newBenchServer(t)
 	reply, _ := errorDelta(t, srv, c, "COMMAND", "COUNT")
-	if reply != ":15\r\n" {
+	if reply != ":20\r\n" {
 		t.Errorf("COMMAND COUNT: %q", reply)
 	}
 	reply, _ = errorDelta(t, srv, c, "COMMAND", "LIST")
-	names := "tb.acquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth"
+	names := "tb.acquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth multi exec discard watch unwatch"
 	var want strings.Builder
-	fmt.Fprintf(&want, "*15\r\n")
+	fmt.Fprintf(&want, "*20\r\n")
 	for _, n := range strings.Fields(names) {
 		fmt.Fprintf(&want, "$%d\r\n%s\r\n", len(n), n)
 	}

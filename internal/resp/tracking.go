@@ -259,21 +259,28 @@ func (t *tracking) redirectReply() int64 {
 // command that was planned (no error) and whose read is tracked, it queues
 // the invalidation flushPlan writes after the reply. Then it uses CLIENT
 // CACHING up: it applies to the next command other than CLIENT, as in
-// Redis.
+// Redis, or to the whole transaction when MULTI follows (it is kept while
+// the transaction is open, and EXEC or DISCARD uses it up).
 func (sess *session) trackCommand(cmd *commandSpec, planned bool, args [][]byte) {
 	t := &sess.tracking
-	tracked := !(t.optin && !t.caching) && !(t.optout && t.caching)
-	if planned && tracked && sess.resp3 {
-		sess.trackKeys(cmd.keys, args)
+	if planned && t.tracks() && sess.resp3 && sess.trackKeys(cmd.keys, args) {
+		sess.plan[len(sess.plan)-1].push = true
 	}
-	if !equalFold(args[0], "CLIENT") {
+	if !sess.tx.open && !equalFold(args[0], "CLIENT") {
 		t.caching = false
 	}
 }
 
-// trackKeys queues an invalidation of the keys of the command just planned
-// (in BCAST mode those under a prefix) and marks it in the plan.
-func (sess *session) trackKeys(kr keyRange, args [][]byte) {
+// tracks reports whether the command being answered is tracked, as far as
+// OPTIN, OPTOUT and CLIENT CACHING decide.
+func (t *tracking) tracks() bool {
+	return !(t.optin && !t.caching) && !(t.optout && t.caching)
+}
+
+// trackKeys queues an invalidation of the keys of a bucket command (in
+// BCAST mode those under a prefix), if there are any, and reports whether
+// it did: whoever writes the command's reply writes it after that.
+func (sess *session) trackKeys(kr keyRange, args [][]byte) bool {
 	t := &sess.tracking
 	last := kr.last
 	if last < 0 {
@@ -289,8 +296,8 @@ func (sess *session) trackKeys(kr keyRange, args [][]byte) {
 	}
 	if n > 0 {
 		t.pendingCounts = append(t.pendingCounts, n)
-		sess.plan[len(sess.plan)-1].push = true
 	}
+	return n > 0
 }
 
 func (t *tracking) matchesPrefix(key []byte) bool {
@@ -306,7 +313,8 @@ func (t *tracking) matchesPrefix(key []byte) bool {
 // reply carried a value, not an error), writes it:
 // >2 $10 invalidate *n $len key ...
 // It must follow a whole top-level reply: a reply nested in another (an
-// element of EXEC's array) gets its invalidation after the outer reply.
+// element of EXEC's array) gets its invalidation after the outer reply
+// (writeQueued).
 func (sess *session) writeInvalidation(c redcon.Conn, send bool) {
 	t := &sess.tracking
 	n := t.pendingCounts[t.nextCount]

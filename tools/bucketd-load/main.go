@@ -12,6 +12,9 @@
 //   - load (default): every connection sends TB.ACQUIRE on random keys of a
 //     keyspace, optionally paced to a total request rate (--qps), for
 //     --duration or until --requests have been sent;
+//   - transactions (--tx N): like load, but each round is one transaction,
+//     MULTI, N TB.ACQUIREs and EXEC in one write, and each TB.ACQUIRE counts
+//     as a request;
 //   - prefill (--prefill N): create N distinct buckets as fast as possible
 //     with deep pipelines, keys 0..N-1 split among the connections, and
 //     report the server's memory per bucket (VmRSS with --pid, INFO
@@ -64,6 +67,7 @@ type options struct {
 	seed        uint64
 	noInfo      bool
 	timeline    bool
+	tx          int
 }
 
 func main() {
@@ -108,6 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 	}
+	if err := o.txDefaults(set); err != nil {
+		return o, err
+	}
 	return o, o.validate()
 }
 
@@ -139,6 +146,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "how long past the end of the run a reply may take before the connection counts as failed")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	fs.BoolVar(&o.noInfo, "no-info", false, "do not send INFO before and after the run")
+	fs.IntVar(&o.tx, "tx", 0, "transaction mode: each round is MULTI, `N` TB.ACQUIREs on random keys and EXEC in one write (sets --pipeline to N); each TB.ACQUIRE counts as a request")
 	fs.BoolVar(&o.timeline, "timeline", false, "also report every second of the run: requests, p50, p99, p99.9 and (with --metrics-url) GC cycles completed in it")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bucketd-load [flags]\n\n"+
@@ -180,8 +188,8 @@ func (o options) validate() error {
 		return errors.New("--duration must be positive: every run is bounded in time")
 	case o.keys < 1:
 		return errors.New("--keys must be at least 1")
-	case o.qps < 0 || o.requests < 0 || o.prefill < 0:
-		return errors.New("--qps, --requests and --prefill must not be negative")
+	case o.qps < 0 || o.requests < 0 || o.prefill < 0 || o.tx < 0:
+		return errors.New("--qps, --requests, --prefill and --tx must not be negative")
 	case o.warmup < 0 || o.warmup >= o.duration:
 		return errors.New("--warmup must be shorter than --duration")
 	case o.dialConc < 1:
@@ -261,6 +269,7 @@ type report struct {
 	ConnectError    string         `json:"first_connect_error,omitempty"`
 	ConnectSeconds  float64        `json:"connect_seconds"`
 	Pipeline        int            `json:"pipeline"`
+	Tx              int            `json:"tx,omitempty"` // TB.ACQUIREs per transaction (--tx); 0: no transactions
 	QPSTarget       float64        `json:"qps_target"`
 	WarmupSeconds   float64        `json:"warmup_seconds"`
 	StartUnix       float64        `json:"start_unix"` // when the run started (timeline second 0), Unix seconds
@@ -317,18 +326,20 @@ type clientFacts struct {
 // worker is one connection and its goroutine. Everything in it is owned by
 // that goroutine until the run ends.
 type worker struct {
-	id     int
-	conn   net.Conn
-	r      *bufio.Reader
-	buf    []byte // pipeline copies of the command
-	cmdLen int
-	keyOff []int // offset of each copy's key in buf
-	kf     keyFormat
-	keys   uint64
-	rng    uint64
-	seq    bool   // prefill: keys next..last-1 in order
-	next   uint64 // prefill
-	last   uint64 // prefill
+	id      int
+	conn    net.Conn
+	r       *bufio.Reader
+	buf     []byte // pipeline copies of the command
+	cmdLen  int
+	keyOff  []int  // offset of each copy's key in buf
+	tx      bool   // --tx: buf is MULTI, the copies and EXEC (tx.go)
+	scratch []byte // --tx: room to format a count
+	kf      keyFormat
+	keys    uint64
+	rng     uint64
+	seq     bool   // prefill: keys next..last-1 in order
+	next    uint64 // prefill
+	last    uint64 // prefill
 
 	lat   *histogram
 	sched *histogram
@@ -368,6 +379,9 @@ func (w *worker) fill(n int) {
 
 // exchange writes n commands in one write and reads their n replies.
 func (w *worker) exchange(n int) error {
+	if w.tx {
+		return w.exchangeTx(n)
+	}
 	if _, err := w.conn.Write(w.buf[:n*w.cmdLen]); err != nil {
 		return err
 	}
@@ -496,6 +510,9 @@ func run(o options, log io.Writer) (*report, error) {
 		return nil, err
 	}
 	rep.Command = strings.Join(args, " ")
+	if o.tx > 0 {
+		rep.Command = fmt.Sprintf("MULTI, %d × %s, EXEC", o.tx, rep.Command)
+	}
 	one, keyOff := appendCommand(nil, keyArg, args...)
 
 	before, err := readServerBefore(o, &rep.Server)
@@ -546,6 +563,7 @@ func newReport(o options) (*report, error) {
 		Keys:           o.keys,
 		ConnsRequested: o.conns,
 		Pipeline:       o.pipeline,
+		Tx:             o.tx,
 		QPSTarget:      o.qps,
 		WarmupSeconds:  o.warmup.Seconds(),
 		Client: clientFacts{
@@ -729,6 +747,7 @@ func (p *pool) newWorker(o options, i int, kf keyFormat, cmdLen int) *worker {
 		keys:   uint64(o.keys),
 		rng:    o.seed*0x9e3779b97f4a7c15 + uint64(i)*0xd1b54a32d192ed03,
 		cmdLen: cmdLen,
+		tx:     o.tx > 0,
 		lat:    &p.hists[i%stripes],
 		sched:  &p.scheds[i%stripes],
 	}
@@ -982,6 +1001,9 @@ func (w *worker) connect(addr string, timeout time.Duration, ping, one []byte, k
 		w.keyOff[i] = len(w.buf) + keyOff
 		w.buf = append(w.buf, one...)
 	}
+	if w.tx {
+		w.wrapTx()
+	}
 	return nil
 }
 
@@ -1020,6 +1042,9 @@ func (r *report) printRun(p printf) {
 		pace = fmt.Sprintf("paced at %.0f req/s in total", r.QPSTarget)
 	}
 	p("  pipeline      %d, %s", r.Pipeline, pace)
+	if r.Tx > 0 {
+		p("  transactions  MULTI, %d TB.ACQUIREs, EXEC per round: %.0f transactions/s", r.Tx, r.Throughput/float64(r.Tx))
+	}
 	p("  requests      %d (%d measured over %.2f s after %.1f s warm-up)", r.Requests, r.Measured, r.Seconds, r.WarmupSeconds)
 	p("  throughput    %.0f req/s", r.Throughput)
 	p("  replies       allowed %d, denied %d", r.Allowed, r.Denied)
