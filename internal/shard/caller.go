@@ -18,6 +18,11 @@ type batch struct {
 	ops     []op
 	answers []decide.Answer
 	done    chan *batch
+
+	// For RunIsolated, made on first use: one park task and one tally
+	// per shard.
+	parks   []park
+	tallies []tally
 }
 
 // Caller gathers one connection's requests, sends each shard involved a
@@ -32,6 +37,11 @@ type Caller struct {
 	where   []uint64 // per added op: shard index << 32 | position in that batch
 	answers []decide.Answer
 	done    chan *batch
+
+	// For RunIsolated, made on first use: one park task and one tally
+	// per shard.
+	parks   []park
+	tallies []tally
 }
 
 // NewCaller returns a Caller bound to g.
@@ -79,6 +89,12 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 			break
 		}
 	}
+	return c.finish(err)
+}
+
+// finish gathers the answers in the order the requests were added (none
+// on an error) and empties the batches for the next round.
+func (c *Caller) finish(err error) ([]decide.Answer, error) {
 	c.answers = c.answers[:0]
 	if err == nil {
 		for _, w := range c.where {

@@ -53,7 +53,9 @@ type Group struct {
 	shards []*shard
 	mask   uint64
 	seed   maphash.Seed
+	clock  clock.Clock
 	base   clock.Base
+	units  units // orders the parking of shards by units (unit.go)
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close: shards drain their queues and stop
@@ -80,6 +82,7 @@ func New(cfg Config) *Group {
 		shards:  make([]*shard, n),
 		mask:    uint64(n - 1),
 		seed:    maphash.MakeSeed(),
+		clock:   cfg.Clock,
 		base:    cfg.Base,
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),

@@ -1,0 +1,122 @@
+package shard
+
+import (
+	"sync"
+
+	"github.com/bucketd/bucketd/internal/decide"
+)
+
+// A unit is one piece of work on several shards that no other request may
+// interleave with: the commands of a MULTI/EXEC transaction. It keeps the
+// single-writer rule by moving ownership instead of sharing it: each shard
+// the unit needs runs a park task, which hands the shard's table to the
+// unit's goroutine and blocks the shard's own goroutine until the unit
+// releases it. At every instant exactly one goroutine owns a shard's state,
+// and the channel hand-overs order every access, so no lock guards bucket
+// state. A request on a parked shard simply waits in the shard's queue.
+//
+// Two units that need overlapping shards must not park them in opposite
+// orders, or each would hold a shard the other waits for. Group.unitMu
+// orders them: a unit queues all its park tasks while holding it, so the
+// park tasks of any two units stand in the same order in every shard's
+// queue. The mutex is held only while queueing, never while a unit runs,
+// and the single-shard path (Caller.Run) never touches it: a TB.ACQUIRE
+// outside a transaction pays nothing for units.
+
+// park is the task that hands a shard to a unit. It is reused by its
+// Caller: parked and release have room for one signal each.
+type park struct {
+	parked  chan struct{} // the shard has stopped and belongs to the unit
+	release chan struct{} // the unit is done: the shard goes on
+}
+
+func (p *park) run(*shard) {
+	p.parked <- struct{}{}
+	<-p.release
+}
+
+// units serialises the queueing of park tasks; see the comment above.
+type units struct{ mu sync.Mutex }
+
+// RunIsolated answers every request added since the last Run as one unit:
+// in the order they were added, at one instant, with every shard they
+// touch parked, so no other caller's request runs between them, on any
+// shard. The returned slice is valid until the next Run. Requests on a
+// single shard need no parking: that shard's goroutine already runs them
+// one after another, and they go there as a batch.
+func (c *Caller) RunIsolated() ([]decide.Answer, error) {
+	if len(c.used) <= 1 {
+		return c.Run()
+	}
+	parked, err := c.parkShards()
+	if err == nil {
+		c.runParked()
+	}
+	c.releaseShards(parked)
+	return c.finish(err)
+}
+
+// parkShards parks every shard the queued requests touch and returns how
+// many parks were queued (each must be released, parked or not).
+func (c *Caller) parkShards() (int, error) {
+	g := c.g
+	if c.parks == nil {
+		c.parks = make([]park, len(g.shards))
+		for i := range c.parks {
+			c.parks[i] = park{parked: make(chan struct{}, 1), release: make(chan struct{}, 1)}
+		}
+		c.tallies = make([]tally, len(g.shards))
+	}
+	g.units.mu.Lock()
+	queued := 0
+	var err error
+	for _, i := range c.used {
+		if err = g.submit(i, &c.parks[i]); err != nil {
+			break
+		}
+		queued++
+	}
+	g.units.mu.Unlock()
+	for _, i := range c.used[:queued] {
+		if err != nil {
+			break
+		}
+		select {
+		case <-c.parks[i].parked:
+		case <-g.stopped:
+			err = ErrClosed
+		}
+	}
+	return queued, err
+}
+
+// runParked answers every queued request, in the order they were added,
+// on the parked shards, at one instant.
+func (c *Caller) runParked() {
+	now := c.g.clock()
+	for _, i := range c.used {
+		b := &c.batches[i]
+		if cap(b.answers) < len(b.ops) {
+			b.answers = make([]decide.Answer, len(b.ops))
+		}
+		b.answers = b.answers[:len(b.ops)]
+		c.tallies[i] = tally{}
+	}
+	for _, w := range c.where {
+		i, at := w>>32, uint32(w)
+		b := &c.batches[i]
+		b.answers[at] = c.g.shards[i].answer(&b.ops[at], now, &c.tallies[i])
+	}
+	for _, i := range c.used {
+		c.g.shards[i].count(c.tallies[i])
+	}
+}
+
+// releaseShards lets the first n shards of c.used go on. After ErrClosed a
+// park may never have run and keeps its release signal; the Caller is of
+// no further use then anyway.
+func (c *Caller) releaseShards(n int) {
+	for _, i := range c.used[:n] {
+		c.parks[i].release <- struct{}{}
+	}
+}
