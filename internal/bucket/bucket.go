@@ -92,6 +92,18 @@ func Peek(s State, exists bool, l Limit, cost float64, now int64) Decision {
 	return decide(l, cost, tokens, allowed)
 }
 
+// Check answers whether the bucket alone holds cost tokens at now, taking
+// nothing: Remaining is what it holds now, and a bucket that holds the
+// tokens gets retry 0. It is TB.MACQUIRE's answer for each bucket of a
+// group that is denied as a whole (no bucket gives anything then).
+func Check(s State, exists bool, l Limit, cost float64, now int64) Decision {
+	tokens := l.Capacity
+	if exists {
+		tokens = s.TokensAt(l, now)
+	}
+	return decide(l, cost, tokens, tokens >= cost)
+}
+
 // decide builds the four WITHINFO numbers from the tokens left after the
 // call (after the take, when allowed).
 func decide(l Limit, cost, tokensAfter float64, allowed bool) Decision {

@@ -213,3 +213,30 @@ func TestSaturate(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTakesNothing: Check says whether a bucket alone holds the cost,
+// with what it holds now as Remaining (a take is not applied), and the
+// usual retry rules when it does not.
+func TestCheckTakesNothing(t *testing.T) {
+	l := Limit{Capacity: 10, Rate: 1}
+	s := State{Tokens: 4.5, Last: t0}
+	for _, tc := range []struct {
+		name   string
+		s      State
+		exists bool
+		cost   float64
+		now    int64
+		want   Decision
+	}{
+		{"a missing bucket is full", State{}, false, 3, t0, allowed(10, 0)},
+		{"enough: remaining is what it holds", s, true, 4, t0, allowed(4, 5500)},
+		{"refill counts", s, true, 5, t2, allowed(5, 5000)},
+		{"not enough", s, true, 6, t0, denied(4, 1500, 5500)},
+		{"cost above capacity can never succeed", s, true, 11, t0, denied(4, -1, 5500)},
+		{"cost 0", s, true, 0, t0, allowed(4, 5500)},
+	} {
+		if got := Check(tc.s, tc.exists, l, tc.cost, tc.now); got != tc.want {
+			t.Errorf("%s: Check = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

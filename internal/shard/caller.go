@@ -7,6 +7,9 @@ import "github.com/bucketd/bucketd/internal/decide"
 type op struct {
 	decide.Request
 	hash uint64
+	// group, on the first request of an all-or-nothing group (AddAll), is
+	// the number of requests in it; 0 otherwise.
+	group int32
 }
 
 // batch carries all of one caller's requests for one shard in one message,
@@ -19,10 +22,15 @@ type batch struct {
 	answers []decide.Answer
 	done    chan *batch
 
+	// isolate says an all-or-nothing group added since the last Run
+	// spans shards: the Run must be a unit (RunIsolated).
+	isolate bool
+
 	// For RunIsolated, made on first use: one park task and one tally
-	// per shard.
+	// per shard, and the members of the group being answered.
 	parks   []park
 	tallies []tally
+	members []member
 }
 
 // Caller gathers one connection's requests, sends each shard involved a
@@ -38,10 +46,15 @@ type Caller struct {
 	answers []decide.Answer
 	done    chan *batch
 
+	// isolate says an all-or-nothing group added since the last Run
+	// spans shards: the Run must be a unit (RunIsolated).
+	isolate bool
+
 	// For RunIsolated, made on first use: one park task and one tally
-	// per shard.
+	// per shard, and the members of the group being answered.
 	parks   []park
 	tallies []tally
+	members []member
 }
 
 // NewCaller returns a Caller bound to g.
@@ -69,12 +82,38 @@ func (c *Caller) Add(r decide.Request) {
 	b.ops = append(b.ops, op{Request: r, hash: h})
 }
 
+// AddAll queues reqs, Acquire requests on distinct keys with one cost, as
+// one all-or-nothing group (TB.MACQUIRE): either every bucket holds the
+// cost and each gives it, or none changes. Each request's answer is that
+// bucket's (see acquireAll); the group was allowed when every answer is.
+// A group whose keys live on several shards makes the next Run a unit
+// (RunIsolated), so that no other request sees it half done.
+func (c *Caller) AddAll(reqs []decide.Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	first := c.g.hashKey(reqs[0].Key) & c.g.mask
+	for k, r := range reqs {
+		c.Add(r)
+		w := c.where[len(c.where)-1]
+		if k == 0 {
+			c.batches[w>>32].ops[uint32(w)].group = int32(len(reqs))
+		}
+		if w>>32 != first {
+			c.isolate = true
+		}
+	}
+}
+
 // Run sends every queued request to its shard, one batch per shard, waits
 // for all answers and returns them in the order the requests were added.
 // Requests on one key are answered in the order they were added. The
 // returned slice is valid until the next Run. On ErrClosed no answers are
 // returned.
 func (c *Caller) Run() ([]decide.Answer, error) {
+	if c.isolate {
+		return c.RunIsolated()
+	}
 	var err error
 	sent := 0
 	for _, i := range c.used {
@@ -108,5 +147,6 @@ func (c *Caller) finish(err error) ([]decide.Answer, error) {
 	}
 	c.used = c.used[:0]
 	c.where = c.where[:0]
+	c.isolate = false
 	return c.answers, err
 }

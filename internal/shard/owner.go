@@ -41,6 +41,8 @@ type shard struct {
 	pending  atomic.Int64
 	dropped  atomic.Int64
 
+	members []member // scratch for the groups of a batch
+
 	maxEntries int    // 0: no limit
 	rng        uint64 // xorshift state for eviction samples
 	evicted    atomic.Int64
@@ -112,7 +114,16 @@ func (b *batch) run(s *shard) {
 	}
 	b.answers = b.answers[:len(b.ops)]
 	var n tally
-	for i := range b.ops {
+	for i := 0; i < len(b.ops); i++ {
+		if g := int(b.ops[i].group); g > 1 { // a group on this shard alone
+			s.members = s.members[:0]
+			for k := i; k < i+g; k++ {
+				s.members = append(s.members, member{s: s, o: &b.ops[k], a: &b.answers[k]})
+			}
+			acquireAll(s.members, now, &n)
+			i += g - 1
+			continue
+		}
 		b.answers[i] = s.answer(&b.ops[i], now, &n)
 	}
 	s.count(n)

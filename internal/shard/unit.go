@@ -102,9 +102,19 @@ func (c *Caller) runParked() {
 		b.answers = b.answers[:len(b.ops)]
 		c.tallies[i] = tally{}
 	}
-	for _, w := range c.where {
-		i, at := w>>32, uint32(w)
+	for k := 0; k < len(c.where); k++ {
+		i, at := c.where[k]>>32, uint32(c.where[k])
 		b := &c.batches[i]
+		if g := int(b.ops[at].group); g > 1 {
+			c.members = c.members[:0]
+			for _, w := range c.where[k : k+g] {
+				mb := &c.batches[w>>32]
+				c.members = append(c.members, member{s: c.g.shards[w>>32], o: &mb.ops[uint32(w)], a: &mb.answers[uint32(w)]})
+			}
+			acquireAll(c.members, now, &c.tallies[i])
+			k += g - 1
+			continue
+		}
 		b.answers[at] = c.g.shards[i].answer(&b.ops[at], now, &c.tallies[i])
 	}
 	for _, i := range c.used {
