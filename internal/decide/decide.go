@@ -62,6 +62,11 @@ var (
 	// ErrUnsupported: the store has no implementation of the request's
 	// kind (CL.THROTTLE in Redis store mode).
 	ErrUnsupported = errors.New("decide: not supported by this store")
+	// ErrCrossSlot: the keys of an all-or-nothing group (TB.MACQUIRE) hash
+	// to different Redis Cluster slots, so no one script call can hold
+	// them; nothing was sent. Every request of the group carries it. Keys
+	// that share a {hash tag} share a slot.
+	ErrCrossSlot = errors.New("decide: the keys of the group hash to different Redis Cluster slots")
 )
 
 // Stats are the counters every store keeps, read from atomics without

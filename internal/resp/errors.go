@@ -91,6 +91,8 @@ var (
 	errShuttingDown     = &errorReply{"ERR server is shutting down, retry on another instance", ErrUnavailable}
 	errNotApplied       = &errorReply{"ERR the Redis store did not answer: TB.RESET may not have been applied", ErrUnavailable}
 	errThrottleNotStore = &errorReply{"ERR CL.THROTTLE is not available in Redis store mode; use TB.ACQUIRE", ErrUnavailable}
+	// Redis Cluster's own words for keys of one call in different slots.
+	errCrossSlot = &errorReply{"CROSSSLOT Keys in request don't hash to the same slot", ErrInvalidArg}
 )
 
 // wrongArity is the reply to a command or subcommand called with the wrong
@@ -162,6 +164,7 @@ var answerErrors = [...]struct {
 	{decide.ErrWrongType, errWrongType},
 	{decide.ErrNotApplied, errNotApplied},
 	{decide.ErrUnsupported, errThrottleNotStore},
+	{decide.ErrCrossSlot, errCrossSlot},
 }
 
 // answerError returns the reply to the first error among one command's
