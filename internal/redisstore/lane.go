@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redisscript"
 )
 
@@ -113,29 +112,40 @@ func (s *Store) route(c *Caller) (missing string, ok bool) {
 	if s.cluster == nil {
 		p := c.part(s.single)
 		for i := range c.ops {
-			if c.ops[i].Kind != decide.Throttle {
+			if !c.ops[i].local {
 				p.ops = append(p.ops, int32(i))
 			}
 		}
 		return "", true
 	}
 	for i := range c.ops {
-		if c.ops[i].Kind == decide.Throttle {
-			continue
+		o := &c.ops[i]
+		if o.local || o.span == 0 {
+			continue // a group's other members go with its first
 		}
-		l, addr, err := s.laneFor(c.ops[i].Key)
+		// A group's keys share a slot (Run checked): its first key's
+		// master is every member's.
+		l, addr, err := s.laneFor(o.Key)
 		switch {
 		case err != nil:
-			c.unrouted = append(c.unrouted, int32(i))
+			c.unrouted = appendSpan(c.unrouted, i, o.span)
 			c.routeErr = err
 		case l == nil:
 			return addr, false
 		default:
 			p := c.part(l)
-			p.ops = append(p.ops, int32(i))
+			p.ops = appendSpan(p.ops, i, o.span)
 		}
 	}
 	return "", true
+}
+
+// appendSpan appends the indexes i to i+span-1 to ops.
+func appendSpan(ops []int32, i int, span int32) []int32 {
+	for j := int32(i); j < int32(i)+span; j++ {
+		ops = append(ops, j)
+	}
+	return ops
 }
 
 // laneFor returns the lane of the master that owns key's slot; a nil lane
