@@ -205,6 +205,16 @@ func TestGroupCluster(t *testing.T) {
 	if got := scriptCalls(t, cl) - calls; got != 2 {
 		t.Fatalf("%d script calls, want 2 (the single acquires; nothing of the group)", got)
 	}
+	// A Run of only a CROSSSLOT group sends nothing at all.
+	rs = runGroup(t, s, nil, []decide.Request{acquireOp("org", org, 1), acquireOp("user:1", user, 1), acquireOp("{acme}:org", org, 1)})
+	for i, r := range rs {
+		if r.Err != decide.ErrCrossSlot {
+			t.Fatalf("group across slots, alone in its Run: answer %d %+v, want CROSSSLOT", i, r)
+		}
+	}
+	if got := scriptCalls(t, cl) - calls; got != 2 {
+		t.Fatalf("%d script calls, want still 2", got)
+	}
 	for _, k := range []string{"tb:user:1", "tb:org"} {
 		if n, err := cc.Exists(ctx, k).Result(); err != nil || n != 0 {
 			t.Fatalf("EXISTS %s: %d, %v; the CROSSSLOT group must create nothing", k, n, err)
