@@ -92,7 +92,12 @@ func (l *lane) take(idle *time.Timer) (*part, bool) {
 		case p, ok := <-l.queue:
 			return p, ok
 		case <-idle.C:
-			l.s.retire(l) // closes the queue unless a part came meanwhile
+			// Closes the queue unless a part came meanwhile. Once it has,
+			// stop here: the timer may fire again before the select sees
+			// the closed queue, and a second retire would close it twice.
+			if l.s.retire(l) {
+				return nil, false
+			}
 			idle.Reset(l.s.laneIdle)
 		}
 	}
@@ -184,21 +189,22 @@ func (s *Store) addLane(addr string) {
 }
 
 // retire takes an idle cluster lane out of the store and closes its queue,
-// which stops its goroutines; nothing is lost, since a part only enters the
-// queue under mu (shared) and retire holds it exclusively. It only tries:
-// a Run holding mu (shared) may be waiting for room in another lane's
-// queue, and the dispatcher calling retire must never wait for that (it
-// tries again after the next idle period).
-func (s *Store) retire(l *lane) {
+// which stops its goroutines, and reports whether it did; nothing is lost,
+// since a part only enters the queue under mu (shared) and retire holds it
+// exclusively. It only tries: a Run holding mu (shared) may be waiting for
+// room in another lane's queue, and the dispatcher calling retire must
+// never wait for that (it tries again after the next idle period).
+func (s *Store) retire(l *lane) bool {
 	if !s.mu.TryLock() {
-		return
+		return false
 	}
 	defer s.mu.Unlock()
 	if s.closed || len(l.queue) > 0 {
-		return // Close closes the queue; a part came meanwhile
+		return false // Close closes the queue; a part came meanwhile
 	}
 	delete(s.lanes, l.addr)
 	close(l.queue)
+	return true
 }
 
 // learnSlots waits until the store knows the cluster's slot map, asking
