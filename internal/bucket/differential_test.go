@@ -193,18 +193,29 @@ func (g *diffGen) step() int64 {
 	}
 }
 
-func (g *diffGen) next() diffOp {
+// advance moves the clock by a step, staying below 2^53 µs.
+func (g *diffGen) advance() {
 	if step := g.step(); g.now+step < maxMicros {
 		g.now += step
 	} else {
 		g.now -= g.r.Int64N(2_000_000) // the script takes times below 2^53 µs
 	}
-	key := g.keys[g.r.IntN(len(g.keys))]
+}
+
+// limit returns key's usual limit, which sometimes changes.
+func (g *diffGen) limit(key string) bucket.Limit {
 	l, ok := g.limits[key]
 	if !ok || g.r.IntN(7) == 0 { // keys sometimes change capacity and rate
 		l = bucket.Limit{Capacity: g.capacity(), Rate: g.rate()}
 		g.limits[key] = l
 	}
+	return l
+}
+
+func (g *diffGen) next() diffOp {
+	g.advance()
+	key := g.keys[g.r.IntN(len(g.keys))]
+	l := g.limit(key)
 	o := diffOp{key: key, limit: l, now: g.now}
 	switch n := g.r.IntN(100); {
 	case n < 72:

@@ -1,7 +1,7 @@
 -- tokenbucket.lua: bucketd's token bucket on Redis. It computes exactly what
--- bucket.Acquire, bucket.Peek and State.IsFull compute in Go (same float64
--- operations in the same order), so Redis and bucketd's memory agree bit for
--- bit; internal/bucket/differential_test.go holds the two equal.
+-- bucket.Acquire, bucket.Peek, bucket.Check and State.IsFull compute in Go
+-- (same float64 operations in the same order), so Redis and bucketd's memory
+-- agree bit for bit; internal/bucket/differential_test.go holds the two equal.
 -- Full documentation: docs/lua.md.
 --
 -- KEYS[1]  the bucket's key (any prefix is the caller's choice)
@@ -9,19 +9,22 @@
 -- ARGV[2]  rate: tokens per second, finite, 0 < rate <= 1e15
 -- ARGV[3]  cost: tokens, finite, 0 <= cost <= 1e15 (absent or empty: 1)
 -- ARGV[4]  op (absent or empty: "acquire"):
---   "acquire"  spend cost tokens if the bucket holds them. cost 0 is a peek.
---   "peek"     what "acquire" with this cost would answer; writes nothing.
---   "put"      store a state computed elsewhere (replication): ARGV[5] is its
---              ts, ARGV[6] its tokens; ARGV[3] is ignored.
---   "del"      forget the bucket as of ARGV[5]; ARGV[1..3] are ignored.
--- ARGV[5]  now (acquire, peek) or ts (put, del): Unix time in integer
---          microseconds, 0 <= t < 2^53. For acquire and peek it may be absent
---          or empty: the script then reads Redis TIME.
--- ARGV[6]  tokens (put only): finite, >= 0.
+--   "acquire"     spend cost tokens if the bucket holds them. cost 0 is a peek.
+--   "peek"        what "acquire" with this cost would answer; writes nothing.
+--   "put"         store a state computed elsewhere (replication): ARGV[5] is
+--                 its ts, ARGV[6] its tokens; ARGV[3] is ignored.
+--   "del"         forget the bucket as of ARGV[5]; ARGV[1..3] are ignored.
+--   "acquireall"  a member of an all-or-nothing group (TB.MACQUIRE), below.
+-- ARGV[5]  now (acquire, peek, acquireall) or ts (put, del): Unix time in
+--          integer microseconds, 0 <= t < 2^53. For acquire, peek and
+--          acquireall it may be absent or empty: the script then reads Redis
+--          TIME.
+-- ARGV[6]  tokens (put only): finite, >= 0. On the first key of a group: the
+--          number of keys in the group.
 --
--- Reply to acquire and peek: {allowed, remaining, retry_after_ms,
+-- Reply to acquire, peek and acquireall: {allowed, remaining, retry_after_ms,
 -- reset_after_ms}, the four numbers of TB.ACQUIRE ... WITHINFO:
---   allowed         1 or 0
+--   allowed         1 or 0 (acquireall: whether this bucket alone held cost)
 --   remaining       whole tokens left after the call (floor)
 --   retry_after_ms  0 when allowed, -1 when cost > capacity, else the
 --                   milliseconds until cost tokens are there (rounded up)
@@ -41,12 +44,31 @@
 -- store-mode pipelines this way: Redis's cost per script call is paid once
 -- for many buckets. On Redis Cluster all n keys must share a hash slot.
 --
+-- All-or-nothing groups (TB.MACQUIRE): a key whose op is "acquireall" and
+-- whose ARGV[6] is a whole number m starts a group of m keys, itself and the
+-- m - 1 keys after it (1 <= m <= the keys left), which must all have the op
+-- "acquireall" and must all differ; their ARGV[6] is ignored. Each member
+-- has its own capacity, rate, cost and now (bucketd gives every member the
+-- same cost and the same now, or none: Redis TIME). The group is what
+-- internal/shard's acquireAll does: every bucket is checked first
+-- (bucket.Check: does it alone hold its cost? nothing is taken, and
+-- remaining is what it holds now); if every one does, each gives its cost
+-- exactly as acquire would (and answers as acquire does); otherwise no
+-- bucket changes at all, not even the refill or clamp a denied acquire
+-- stores, and each answers its check. A member that cannot be checked (an
+-- invalid argument, a key named twice, a key of another type) answers its
+-- error and the group takes nothing. A group is part of the reply array like
+-- any calls, one element per key; a group of one key alone in the call gets
+-- the plain reply. A bad group size is an error for that key alone, and the
+-- keys after it are read as calls of their own.
+--
 -- Semantics, as in Go: refill is continuous, tokens + elapsed_us / 1e6 * rate,
 -- clamped to the capacity of the call (a smaller capacity clamps the stored
 -- tokens; a peek clamps nothing). A now at or before the stored ts adds
 -- nothing and never moves ts back (ts = max(stored ts, now)). A bucket with
--- no (valid) stored state is full. cost 0 and peek write nothing and create
--- nothing, so they also run under EVALSHA_RO. cost > capacity never succeeds.
+-- no (valid) stored state is full. cost 0, peek and a denied group write
+-- nothing and create nothing, so cost 0 and peek also run under EVALSHA_RO.
+-- cost > capacity never succeeds.
 --
 -- Stored form: HASH {tokens = "%.17g" of the float64, ts = integer Unix
 -- microseconds}. A bucket that is full is deleted, never stored. The key's
@@ -218,6 +240,86 @@ local function redis_now()
   return time_now
 end
 
+-- limit parses the capacity and the rate at A[base+1] and A[base+2]; nil
+-- and an error reply when either is invalid.
+local function limit(A, base)
+  local capacity = number(A[base + 1])
+  if not (capacity and capacity > 0 and capacity <= MAX_NUM) then
+    return nil, nil, redis.error_reply('ERR invalid capacity: must be a finite number > 0')
+  end
+  local rate = number(A[base + 2])
+  if not (rate and rate > 0 and rate <= MAX_NUM) then
+    return nil, nil, redis.error_reply('ERR invalid rate: must be a finite number > 0')
+  end
+  return capacity, rate
+end
+
+-- cost_now parses the cost at A[base+3] (absent or empty: 1) and the now at
+-- A[base+5] (absent or empty: Redis TIME); nil and an error reply when
+-- either is invalid.
+local function cost_now(A, base)
+  local cost = 1
+  if A[base + 3] ~= nil and A[base + 3] ~= '' then
+    cost = tonumber(A[base + 3])
+    if not (cost and cost >= 0 and cost <= MAX_NUM) then
+      return nil, nil, redis.error_reply('ERR invalid cost: must be a finite number >= 0')
+    end
+  end
+  if A[base + 5] == nil or A[base + 5] == '' then
+    return cost, redis_now()
+  end
+  local now = micros(A[base + 5])
+  if not now then
+    return nil, nil, redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
+  end
+  return cost, now
+end
+
+-- stored reads key's state: tokens, ts and whether they are a valid state
+-- (anything else, no key or a missing or malformed field, is a bucket nobody
+-- has used: full); or, as a fourth value, the error reply of a key of
+-- another type.
+local function stored(key)
+  local st, err = read('HMGET', key, 'tokens', 'ts')
+  if err then
+    return nil, nil, false, err
+  end
+  local tokens, ts = number(st[1]), micros(st[2])
+  return tokens, ts, tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
+end
+
+-- holding mirrors the start of bucket.Peek and bucket.Check: the tokens the
+-- bucket holds at now, capacity when it has no state.
+local function holding(tokens, ts, exists, capacity, rate, now)
+  if exists then
+    return tokens_at(tokens, ts, capacity, rate, now)
+  end
+  return capacity
+end
+
+-- acquire mirrors bucket.Acquire on the state read by stored, and stores
+-- the outcome as the shards do; cost 0 is bucket.Peek: nothing is written
+-- and nothing is created.
+local function acquire(key, capacity, rate, cost, now, tokens, ts, exists)
+  if cost == 0 then
+    local t = holding(tokens, ts, exists, capacity, rate, now)
+    return decide(capacity, rate, cost, t, t >= cost)
+  end
+  if not exists then
+    tokens, ts = capacity, now
+  end
+  local t = tokens_at(tokens, ts, capacity, rate, now)
+  local allowed = t >= cost
+  if allowed then
+    t = t - cost
+  end
+  if now > ts then
+    ts = now
+  end
+  store(key, capacity, rate, t, ts, now)
+  return decide(capacity, rate, cost, t, allowed)
+end
+
 -- call runs one bucket's call: key, and its arguments at A[base+1 .. base+6].
 local function call(key, A, base)
   local op = A[base + 4]
@@ -239,16 +341,12 @@ local function call(key, A, base)
   end
 
   if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' then
-    return redis.error_reply('ERR invalid op: must be acquire, peek, put or del')
+    return redis.error_reply('ERR invalid op: must be acquire, peek, put, del or acquireall')
   end
 
-  local capacity = number(A[base + 1])
-  if not (capacity and capacity > 0 and capacity <= MAX_NUM) then
-    return redis.error_reply('ERR invalid capacity: must be a finite number > 0')
-  end
-  local rate = number(A[base + 2])
-  if not (rate and rate > 0 and rate <= MAX_NUM) then
-    return redis.error_reply('ERR invalid rate: must be a finite number > 0')
+  local capacity, rate, err = limit(A, base)
+  if err then
+    return err
   end
 
   if op == 'put' then
@@ -268,70 +366,114 @@ local function call(key, A, base)
     return 1
   end
 
-  local cost = 1
-  if A[base + 3] ~= nil and A[base + 3] ~= '' then
-    cost = tonumber(A[base + 3])
-    if not (cost and cost >= 0 and cost <= MAX_NUM) then
-      return redis.error_reply('ERR invalid cost: must be a finite number >= 0')
-    end
-  end
-
-  local now
-  if A[base + 5] == nil or A[base + 5] == '' then
-    now = redis_now()
-  else
-    now = micros(A[base + 5])
-    if not now then
-      return redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
-    end
-  end
-
-  -- The stored state, when there is a valid one; anything else (no key, a
-  -- missing or malformed field) is a bucket nobody has used: full.
-  local st, err = read('HMGET', key, 'tokens', 'ts')
+  local cost, now
+  cost, now, err = cost_now(A, base)
   if err then
     return err
   end
-  local tokens, ts = number(st[1]), micros(st[2])
-  local exists = tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
-
-  if op == 'peek' or cost == 0 then
+  local tokens, ts, exists
+  tokens, ts, exists, err = stored(key)
+  if err then
+    return err
+  end
+  if op == 'peek' then
     -- bucket.Peek: nothing is written and nothing is created.
-    local t = capacity
-    if exists then
-      t = tokens_at(tokens, ts, capacity, rate, now)
-    end
+    local t = holding(tokens, ts, exists, capacity, rate, now)
     local allowed = t >= cost
     if allowed then
       t = t - cost
     end
     return decide(capacity, rate, cost, t, allowed)
   end
+  return acquire(key, capacity, rate, cost, now, tokens, ts, exists)
+end
 
-  -- bucket.Acquire, then store as the shards do.
-  if not exists then
-    tokens, ts = capacity, now
+-- check reads and checks one member of a group: key, its arguments at
+-- A[base+1 .. base+6], the keys of the group seen so far, and whether it is
+-- a member after the first. It returns the member (its arguments, its
+-- state, whether it alone holds its cost, and bucket.Check's reply), or nil
+-- and the error reply of a member that cannot be checked.
+local function check(key, A, base, seen, later)
+  if later and A[base + 4] ~= 'acquireall' then
+    return nil, redis.error_reply('ERR invalid group: every key of a group must have the op acquireall')
   end
-  local t = tokens_at(tokens, ts, capacity, rate, now)
-  local allowed = t >= cost
-  if allowed then
-    t = t - cost
+  if seen[key] then
+    return nil, redis.error_reply('ERR invalid group: a key is named twice')
   end
-  if now > ts then
-    ts = now
+  seen[key] = true
+  local capacity, rate, err = limit(A, base)
+  if err then
+    return nil, err
   end
-  store(key, capacity, rate, t, ts, now)
-  return decide(capacity, rate, cost, t, allowed)
+  local cost, now
+  cost, now, err = cost_now(A, base)
+  if err then
+    return nil, err
+  end
+  local tokens, ts, exists
+  tokens, ts, exists, err = stored(key)
+  if err then
+    return nil, err
+  end
+  local t = holding(tokens, ts, exists, capacity, rate, now)
+  local m = {capacity = capacity, rate = rate, cost = cost, now = now,
+    tokens = tokens, ts = ts, exists = exists, ok = t >= cost}
+  m.reply = decide(capacity, rate, cost, t, m.ok)
+  return m
+end
+
+-- group runs the all-or-nothing group KEYS[first .. first+n-1] as
+-- internal/shard's acquireAll does (see the top): every member is checked,
+-- and only when every one alone holds its cost does each acquire. The
+-- members' states are read once: the group's keys differ, so no member's
+-- write changes another's state.
+local function group(first, n, replies)
+  local members, all, seen = {}, true, {}
+  for i = first, first + n - 1 do
+    local m, err = check(KEYS[i], ARGV, 6 * (i - 1), seen, i > first)
+    if m then
+      members[i], replies[i] = m, m.reply
+      all = all and m.ok
+    else
+      replies[i], all = err, false
+    end
+  end
+  if not all then
+    return -- nothing is written: each member answers its check
+  end
+  for i = first, first + n - 1 do
+    local m = members[i]
+    replies[i] = acquire(KEYS[i], m.capacity, m.rate, m.cost, m.now, m.tokens, m.ts, m.exists)
+  end
+end
+
+-- unit runs the call or the group that starts at KEYS[i], puts its replies
+-- in replies, and returns the index of the key after it.
+local function unit(i, replies)
+  local base = 6 * (i - 1)
+  if ARGV[base + 4] ~= 'acquireall' then
+    replies[i] = call(KEYS[i], ARGV, base)
+    return i + 1
+  end
+  local n = micros(ARGV[base + 6])
+  if not (n and n >= 1 and n <= #KEYS - i + 1) then
+    replies[i] = redis.error_reply('ERR invalid group size: ARGV[6] of the first key of a group must be its number of keys, 1 to the keys left')
+    return i + 1
+  end
+  group(i, n, replies)
+  return i + n
 end
 
 if #KEYS <= 1 then
-  return call(KEYS[1], ARGV, 0)
+  local replies = {}
+  unit(1, replies)
+  return replies[1]
 end
 if #ARGV ~= 6 * #KEYS then
   return redis.error_reply('ERR invalid batch: ' .. #KEYS .. ' keys need ' .. 6 * #KEYS .. ' arguments, six per key; got ' .. #ARGV)
 end
-local replies = {}
-for i = 1, #KEYS do
-  replies[i] = call(KEYS[i], ARGV, 6 * (i - 1))
+local replies, i = {}, 1
+while i <= #KEYS do
+  i = unit(i, replies)
 end
 return replies

@@ -62,13 +62,14 @@ var (
 	// ErrUnsupported: the store has no implementation of the request's
 	// kind (CL.THROTTLE in Redis store mode).
 	ErrUnsupported = errors.New("decide: not supported by this store")
+	// ErrCrossSlot: requests that must be answered as one (an
+	// all-or-nothing group, TB.MACQUIRE, or a transaction, RunIsolated)
+	// have keys in different hash slots of a Redis Cluster (Redis store
+	// mode), so no one call can hold them. Nothing took effect: a group's
+	// every request carries it; RunIsolated returns it with no answers.
+	// Keys that share a {hash tag} share a slot.
+	ErrCrossSlot = errors.New("decide: the keys hash to different Redis Cluster slots")
 )
-
-// ErrCrossSlot is what a store returns, with no answers, when it cannot
-// answer a unit of requests (a transaction, RunIsolated) as one: in Redis
-// store mode on a Redis Cluster, their keys are in different hash slots.
-// None of the requests took effect.
-var ErrCrossSlot = errors.New("decide: the keys of one transaction are in different hash slots of the Redis Cluster")
 
 // Stats are the counters every store keeps, read from atomics without
 // stopping it. A store leaves at zero what it does not have (the Redis

@@ -26,6 +26,14 @@ const (
 	// Reset deletes the key with a plain DEL, not the script (TB.RESET in
 	// store mode); its reply is the number of keys deleted.
 	Reset
+	// AcquireAll is one member of an all-or-nothing group (TB.MACQUIRE):
+	// the script's "acquireall". The first call of a group carries the
+	// group's size in Call.Group and the others follow it at once, with
+	// Group 0. Every bucket is checked first, and only if every one holds
+	// its cost does each spend it; a denied group writes nothing. Each
+	// call's reply is that bucket's four numbers, as ParseDecision reads
+	// them. A group is always one script command, never split.
+	AcquireAll
 )
 
 // RedisTime, as Call.At of an Acquire or Peek, leaves the script's now
@@ -42,6 +50,11 @@ type Call struct {
 	// RedisTime), and the timestamp of a Del.
 	At    int64
 	State bucket.State // Put: the state, stamped State.Last (Unix µs)
+	// Group is, on the first call of an all-or-nothing group (AcquireAll),
+	// the number of calls in it (the calls added next are the others); 0
+	// on every other call. bucketd gives a group's calls one Cost and one
+	// At, so that they decide at one instant.
+	Group int
 }
 
 // BatchKeys is how many calls share one script command on a standalone
@@ -71,7 +84,7 @@ var (
 	wordDel     = "del"
 	scriptSHA   = bucket.ScriptSHA1
 	scriptSrc   = bucket.Script
-	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del"}
+	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del", AcquireAll: "acquireall"}
 	numKeys     = func() []string {
 		n := make([]string, BatchKeys+1)
 		for i := range n {
@@ -105,11 +118,12 @@ type Batch struct {
 // call is one added call: the indexes in strs of its key and of ARGV[1],
 // [2], [3], [5] and [6] (0: empty), and where Build put it.
 type call struct {
-	op   Op
-	key  int32
-	argv [5]int32
-	cmd  int32 // index in cmds
-	elem int32 // index in the command's array reply; -1: the whole reply
+	op    Op
+	group int32 // Call.Group
+	key   int32
+	argv  [5]int32
+	cmd   int32 // index in cmds
+	elem  int32 // index in the command's array reply; -1: the whole reply
 }
 
 // Reset empties b for a new batch whose keys all get prefix.
@@ -140,13 +154,18 @@ func (b *Batch) AddString(key string, c Call) {
 func (b *Batch) add(c Call) {
 	r := call{op: c.Op, key: b.end()}
 	switch c.Op {
-	case Acquire, Peek:
+	case Acquire, Peek, AcquireAll:
 		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
 		b.buf = strconv.AppendFloat(b.buf, c.Cost, 'g', -1, 64)
 		r.argv[2] = b.end()
 		if c.At >= 0 {
 			b.buf = strconv.AppendInt(b.buf, c.At, 10)
 			r.argv[3] = b.end()
+		}
+		if c.Op == AcquireAll && c.Group > 0 {
+			r.group = int32(c.Group)
+			b.buf = strconv.AppendInt(b.buf, int64(c.Group), 10)
+			r.argv[4] = b.end()
 		}
 	case Put:
 		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
@@ -184,9 +203,12 @@ func (b *Batch) limitStrings(l bucket.Limit) (capacity, rate int32) {
 
 // Build makes the commands of the calls added since Reset, per calls to a
 // script command at most (KeysPerCall; 1 to BatchKeys), each Reset a DEL of
-// its own, and returns them. They are EVALSHA; Send swaps in EVAL where
-// Redis answers NOSCRIPT. The commands point into strings of their own, so
-// the keys given to Add may change once Build returns.
+// its own, and returns them. An all-or-nothing group is never split: it
+// starts a command of its own unless it fits in the one being filled, and a
+// group larger than per is a command by itself. They are EVALSHA; Send
+// swaps in EVAL where Redis answers NOSCRIPT. The commands point into
+// strings of their own, so the keys given to Add may change once Build
+// returns.
 func (b *Batch) Build(ctx context.Context, per int) []*redis.Cmd {
 	per = min(max(per, 1), BatchKeys)
 	b.format()
@@ -205,14 +227,29 @@ func (b *Batch) Build(ctx context.Context, per int) []*redis.Cmd {
 			i++
 			continue
 		}
-		end := i + 1
-		for end < len(b.calls) && end-i < per && b.calls[end].op != Reset {
-			end++
-		}
+		end := b.runEnd(i, per)
 		b.cmds = append(b.cmds, b.script(ctx, i, end))
 		i = end
 	}
 	return b.cmds
+}
+
+// runEnd returns where the script command that starts at call i ends: after
+// at most per calls, before a Reset, and never inside a group; its first
+// call or group is always in it.
+func (b *Batch) runEnd(i, per int) int {
+	end := i
+	for end < len(b.calls) && b.calls[end].op != Reset {
+		n := 1
+		if g := int(b.calls[end].group); g > 1 {
+			n = min(g, len(b.calls)-end) // a group cut short fails in the script
+		}
+		if end > i && end-i+n > per {
+			break
+		}
+		end += n
+	}
+	return end
 }
 
 // format turns buf into the one string the commands point into.
@@ -237,7 +274,12 @@ func (b *Batch) script(ctx context.Context, from, end int) *redis.Cmd {
 		}
 	}
 	start := len(b.args)
-	b.args = append(b.args, &wordEvalSha, &scriptSHA, &numKeys[n])
+	nk := &numKeys[min(n, BatchKeys)]
+	if n > BatchKeys { // a group larger than a batch: rare, so formatted here
+		s := strconv.Itoa(n)
+		nk = &s
+	}
+	b.args = append(b.args, &wordEvalSha, &scriptSHA, nk)
 	for j := from; j < end; j++ {
 		b.args = append(b.args, &b.strs[b.calls[j].key])
 	}

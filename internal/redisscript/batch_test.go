@@ -35,6 +35,10 @@ var argvCases = []struct {
 	{Call{Op: Del, At: 9}, []string{"", "", "", "del", "9", ""}},
 	{Call{Op: Acquire, Limit: bucket.Limit{Capacity: 3, Rate: 5e-324}, Cost: 123456789.125, At: RedisTime},
 		[]string{"3", "5e-324", "1.23456789125e+08", "acquire", "", ""}},
+	{Call{Op: AcquireAll, Limit: bucket.Limit{Capacity: 10, Rate: 0.5}, Cost: 2, At: RedisTime, Group: 1},
+		[]string{"10", "0.5", "2", "acquireall", "", "1"}},
+	{Call{Op: AcquireAll, Limit: bucket.Limit{Capacity: 10, Rate: 0.5}, Cost: 0, At: 12},
+		[]string{"10", "0.5", "0", "acquireall", "12", ""}},
 }
 
 // TestEncoding: every call's key and ARGV as argvCases and a reference
@@ -54,7 +58,19 @@ func TestEncoding(t *testing.T) {
 		}
 	}
 
-	calls, keys := randomCalls(rand.New(rand.NewPCG(1, 2)), 400)
+	calls, keys := randomCalls(rand.New(rand.NewPCG(1, 2)), 600)
+	groups, large := 0, 0
+	for _, c := range calls {
+		if c.Group > 0 {
+			groups++
+		}
+		if c.Group > BatchKeys {
+			large++
+		}
+	}
+	if groups < 5 || large == 0 {
+		t.Fatalf("%d groups, %d larger than BatchKeys: the test wants several, and one larger", groups, large)
+	}
 	for _, per := range []int{BatchKeys, 1} {
 		b.Reset("tb:")
 		for i, c := range calls {
@@ -115,7 +131,7 @@ func randomCalls(rng *rand.Rand, n int) ([]Call, []string) {
 		return 1.0 / float64(1+rng.IntN(7))
 	}
 	calls, keys := make([]Call, n), make([]string, n)
-	for i := range calls {
+	for i := 0; i < n; i++ {
 		keys[i] = fmt.Sprintf("{user%d}:k\x00\xff", i)
 		c := Call{Op: Op(rng.IntN(5)), Limit: bucket.Limit{Capacity: num(), Rate: num()}, Cost: num(), At: rng.Int64N(1 << 52)}
 		if i > 0 && rng.IntN(2) == 0 {
@@ -129,6 +145,18 @@ func randomCalls(rng *rand.Rand, n int) ([]Call, []string) {
 		}
 		c.State = bucket.State{Tokens: num(), Last: rng.Int64N(1 << 52)}
 		calls[i] = c
+		if i >= 2*BatchKeys && rng.IntN(24) == 0 && c.Op != Reset { // a group of 1 to 2*BatchKeys, after the runs that fill commands
+			size := min(1+rng.IntN(2*BatchKeys), n-i)
+			if rng.IntN(4) != 0 {
+				size = min(1+rng.IntN(16), n-i) // TB.MACQUIRE's sizes
+			}
+			calls[i].Op, calls[i].Group = AcquireAll, size
+			for j := i + 1; j < i+size; j++ {
+				keys[j] = fmt.Sprintf("{user%d}:k\x00\xff", j)
+				calls[j] = Call{Op: AcquireAll, Limit: bucket.Limit{Capacity: num(), Rate: num()}, Cost: c.Cost, At: c.At}
+			}
+			i += size - 1
+		}
 	}
 	return calls, keys
 }
@@ -144,15 +172,23 @@ func layout(calls []Call, keys []string, per int) [][]string {
 		}
 		runKeys, runArgv = nil, nil
 	}
-	for i, c := range calls {
-		if c.Op == Reset {
+	for i := 0; i < len(calls); {
+		if calls[i].Op == Reset {
 			flush()
 			cmds = append(cmds, []string{"del", "tb:" + keys[i]})
+			i++
 			continue
 		}
-		runKeys = append(runKeys, "tb:"+keys[i])
-		runArgv = append(runArgv, argv(c)...)
-		if len(runKeys) == per {
+		n := max(calls[i].Group, 1) // a group is never split
+		if len(runKeys) > 0 && len(runKeys)+n > per {
+			flush()
+		}
+		for j := i; j < i+n; j++ {
+			runKeys = append(runKeys, "tb:"+keys[j])
+			runArgv = append(runArgv, argv(calls[j])...)
+		}
+		i += n
+		if len(runKeys) >= per {
 			flush()
 		}
 	}
@@ -169,11 +205,14 @@ func argv(c Call) []string {
 	case Del:
 		return []string{"", "", "", "del", strconv.FormatInt(c.At, 10), ""}
 	}
-	now := ""
+	now, group := "", ""
 	if c.At >= 0 {
 		now = strconv.FormatInt(c.At, 10)
 	}
-	return []string{f(c.Limit.Capacity), f(c.Limit.Rate), f(c.Cost), opWords[c.Op], now, ""}
+	if c.Op == AcquireAll && c.Group > 0 {
+		group = strconv.Itoa(c.Group)
+	}
+	return []string{f(c.Limit.Capacity), f(c.Limit.Rate), f(c.Cost), opWords[c.Op], now, group}
 }
 
 // strs returns a command's arguments as strings.

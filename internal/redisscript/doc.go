@@ -12,7 +12,11 @@
 //     (the script's batch form); on a Redis Cluster each call has its own,
 //     because the keys of one call would have to share a hash slot
 //     (KeysPerCall). A Reset is a plain DEL and ends a run, so each key sees
-//     its operations in the order they were added.
+//     its operations in the order they were added. An all-or-nothing group
+//     (AcquireAll, TB.MACQUIRE) is never split: all its keys are in one
+//     EVALSHA, alone on a cluster (where its keys must share a slot, which
+//     the caller checks), and on a standalone Redis with other calls when it
+//     fits.
 //   - Sending: EVALSHA, and EVAL only for the commands Redis answered
 //     NOSCRIPT (it ran nothing of them): once per node first, then for all
 //     that still fail. No command is ever sent again by go-redis itself.

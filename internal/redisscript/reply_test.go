@@ -200,3 +200,44 @@ func TestReadingRepliesAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per reading of two replies, want 0", allocs)
 	}
 }
+
+// TestSendGroups: an all-or-nothing group is one script command with all
+// its keys, on its own (per 1, as on a cluster) or with the calls around
+// it (BatchKeys); its replies are one per key, and a Redis without the
+// script gets it by EVAL as for any command.
+func TestSendGroups(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(&redis.Options{MaxRetries: -1, ContextTimeoutEnabled: true})
+	l, one := bucket.Limit{Capacity: 10, Rate: 0.001}, bucket.Limit{Capacity: 1, Rate: 0.001}
+	var b Batch
+	for _, per := range []int{BatchKeys, 1} {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		b.Reset(fmt.Sprint("tb:", per, ":"))
+		b.AddString("a", Call{Op: Acquire, Limit: l, Cost: 1, At: RedisTime})
+		for range 2 { // the second group is denied: "one" is empty
+			b.AddString("a", Call{Op: AcquireAll, Limit: l, Cost: 1, At: RedisTime, Group: 3})
+			b.AddString("b", Call{Op: AcquireAll, Limit: l, Cost: 1, At: RedisTime})
+			b.AddString("one", Call{Op: AcquireAll, Limit: one, Cost: 1, At: RedisTime})
+		}
+		b.AddString("a", Call{Op: Peek, Limit: l, Cost: 1, At: RedisTime})
+		cmds := b.Build(ctx, per)
+		if want := map[int]int{BatchKeys: 1, 1: 4}[per]; len(cmds) != want {
+			t.Fatalf("per %d: %d commands, want %d", per, len(cmds), want)
+		}
+		if evals := b.Send(ctx, rdb); evals != 1 {
+			t.Fatalf("per %d: %d EVAL, want 1", per, evals)
+		}
+		for i, want := range []struct {
+			allowed   bool
+			remaining int64
+		}{{true, 9}, {true, 8}, {true, 9}, {true, 0}, {true, 8}, {true, 9}, {false, 0}, {true, 7}} {
+			v, err := b.Reply(i)
+			d, perr := ParseDecision(v)
+			if err != nil || perr != nil || d.Allowed != want.allowed || d.Remaining != want.remaining {
+				t.Fatalf("per %d, call %d: %+v (%v, %v), want allowed %v with %d left", per, i, d, err, perr, want.allowed, want.remaining)
+			}
+		}
+	}
+}

@@ -14,7 +14,7 @@ import (
 // owns one.
 type Caller struct {
 	s       *Store
-	ops     []decide.Request
+	ops     []op
 	results []decide.Answer
 	// deadline is when the operations must be answered, set by Run before
 	// the Caller's parts are queued and read by the dispatchers and the
@@ -33,6 +33,25 @@ type Caller struct {
 	// is not known), answered by the policy with routeErr.
 	unrouted []int32
 	routeErr error
+	// keyBuf holds a group's key with the prefix while its slot is
+	// computed (sameSlot).
+	keyBuf []byte
+}
+
+// op is one operation of a Run: the request, and how it is answered.
+type op struct {
+	decide.Request
+	// span is how many operations, from this one on, are answered as one:
+	// 1 for an operation alone, n for the first of an all-or-nothing group
+	// of n (AddAll), 0 for the group's other members, which are routed,
+	// sent, answered and counted with the first.
+	span int32
+	// group marks a member of an all-or-nothing group (sent as the
+	// script's acquireall, even a group of one).
+	group bool
+	// local marks an operation Run answered itself (CL.THROTTLE, a group
+	// whose keys span Redis Cluster slots): it is never sent.
+	local bool
 }
 
 // part is the operations of one Run for one lane, in the order they were
@@ -45,7 +64,7 @@ type part struct {
 }
 
 // Add queues r for the next Run. r.Key must stay valid until Run returns.
-func (c *Caller) Add(r decide.Request) { c.ops = append(c.ops, r) }
+func (c *Caller) Add(r decide.Request) { c.ops = append(c.ops, op{Request: r, span: 1}) }
 
 // Run has every operation added since the last Run answered, and returns
 // the results in the order the operations were added, within the store's
@@ -60,12 +79,16 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	if n == 0 {
 		return c.results, nil
 	}
-	// CL.THROTTLE has no script on Redis: answered here.
+	// CL.THROTTLE has no script on Redis, and a group whose keys span
+	// cluster slots cannot be one script call: answered here.
 	c.local = 0
 	for i := range c.ops {
-		if c.ops[i].Kind == decide.Throttle {
-			c.results[i] = decide.Answer{Err: decide.ErrUnsupported}
-			c.local++
+		o := &c.ops[i]
+		switch {
+		case o.span > 1 && c.s.cluster != nil && !c.sameSlot(i):
+			c.answerLocal(i, int(o.span), decide.ErrCrossSlot)
+		case !o.group && o.Kind == decide.Throttle:
+			c.answerLocal(i, 1, decide.ErrUnsupported)
 		}
 	}
 	var err error
@@ -82,6 +105,16 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 		return nil, err
 	}
 	return c.results, nil
+}
+
+// answerLocal answers the n operations from i with err, before anything
+// is sent: they are local, and route skips them.
+func (c *Caller) answerLocal(i, n int, err error) {
+	for j := i; j < i+n; j++ {
+		c.results[j] = decide.Answer{Err: err}
+		c.ops[j].local = true
+	}
+	c.local += n
 }
 
 // resetParts empties c's parts for a new routing; part reuses their

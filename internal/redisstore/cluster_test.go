@@ -187,6 +187,30 @@ func TestClusterLanesRetireWhenIdle(t *testing.T) {
 	}
 }
 
+// TestClusterLaneRetiresOnce: a lane whose idle timer fires again while
+// its dispatcher has not yet seen that its queue is closed must not retire
+// (close the queue) twice. An idle time of a nanosecond makes the timer
+// ready whenever the dispatcher looks, as a loaded machine does with the
+// minute.
+func TestClusterLaneRetiresOnce(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := startStore(t, cl.Client(clusterOptions()), Config{Prefix: "tb:", Timeout: exactTimeout})
+	s.laneIdle = time.Nanosecond // before any lane exists
+	loadScript(t, s)
+	lanes := func() int {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return len(s.lanes)
+	}
+	l := bucket.Limit{Capacity: 1e6, Rate: 1e-6}
+	for i := range 30 {
+		if d := run1(t, s, acquireOp(fmt.Sprint("once:", i), l, 1)).Decision; !d.Allowed {
+			t.Fatalf("acquire %d: %+v", i, d)
+		}
+		testkit.Eventually(t, 5*time.Second, "the lane retired", func() bool { return lanes() == 0 })
+	}
+}
+
 // TestClusterUnreachable: a cluster client whose seed nodes do not answer
 // never learns a slot map; every operation gets the policy's answer within
 // the timeout bound, and the store keeps asking for the map in the

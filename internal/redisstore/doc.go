@@ -1,8 +1,9 @@
 // Package redisstore is bucketd's Redis store mode: Redis (standalone or
-// Redis Cluster) decides every TB.ACQUIRE, TB.PEEK and TB.RESET through the
-// token-bucket script (internal/bucket, tokenbucket.lua), with Redis TIME as
-// the clock, so that any number of bucketd instances in front of one Redis
-// share exact limits. A *Store is a resp.Limiter.
+// Redis Cluster) decides every TB.ACQUIRE, TB.MACQUIRE, TB.PEEK and
+// TB.RESET through the token-bucket script (internal/bucket,
+// tokenbucket.lua), with Redis TIME as the clock, so that any number of
+// bucketd instances in front of one Redis share exact limits. A *Store is a
+// resp.Limiter.
 //
 // Flow: every connection has a Caller. Caller.Run routes the connection's
 // operations to lanes, one lane per Redis server: the standalone Redis, or
@@ -19,8 +20,12 @@
 // the lane is idle, Run hands its part to the worker directly, saving the
 // dispatcher's hop. A part is never split across pipelines, and all
 // operations on one key are in one part, so a connection's commands on one
-// key reach Redis in the order it sent them. A cluster lane that has been
-// idle for a minute stops its goroutines; the next operation for that
+// key reach Redis in the order it sent them. An all-or-nothing group
+// (Caller.AddAll, TB.MACQUIRE) is one script call with all its keys,
+// routed by its first key, never split, and answered as a whole
+// (group.go); on a cluster its keys must share a slot, or Run answers
+// decide.ErrCrossSlot without sending anything. A cluster lane that has
+// been idle for a minute stops its goroutines; the next operation for that
 // master makes a new one.
 //
 // Faults stay on their lane: a master that is down or slow holds only its

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redisscript"
 )
 
@@ -93,7 +92,12 @@ func (l *lane) take(idle *time.Timer) (*part, bool) {
 		case p, ok := <-l.queue:
 			return p, ok
 		case <-idle.C:
-			l.s.retire(l) // closes the queue unless a part came meanwhile
+			// Closes the queue unless a part came meanwhile. Once it has,
+			// stop here: the timer may fire again before the select sees
+			// the closed queue, and a second retire would close it twice.
+			if l.s.retire(l) {
+				return nil, false
+			}
 			idle.Reset(l.s.laneIdle)
 		}
 	}
@@ -113,29 +117,40 @@ func (s *Store) route(c *Caller) (missing string, ok bool) {
 	if s.cluster == nil {
 		p := c.part(s.single)
 		for i := range c.ops {
-			if c.ops[i].Kind != decide.Throttle {
+			if !c.ops[i].local {
 				p.ops = append(p.ops, int32(i))
 			}
 		}
 		return "", true
 	}
 	for i := range c.ops {
-		if c.ops[i].Kind == decide.Throttle {
-			continue
+		o := &c.ops[i]
+		if o.local || o.span == 0 {
+			continue // a group's other members go with its first
 		}
-		l, addr, err := s.laneFor(c.ops[i].Key)
+		// A group's keys share a slot (Run checked): its first key's
+		// master is every member's.
+		l, addr, err := s.laneFor(o.Key)
 		switch {
 		case err != nil:
-			c.unrouted = append(c.unrouted, int32(i))
+			c.unrouted = appendSpan(c.unrouted, i, o.span)
 			c.routeErr = err
 		case l == nil:
 			return addr, false
 		default:
 			p := c.part(l)
-			p.ops = append(p.ops, int32(i))
+			p.ops = appendSpan(p.ops, i, o.span)
 		}
 	}
 	return "", true
+}
+
+// appendSpan appends the indexes i to i+span-1 to ops.
+func appendSpan(ops []int32, i int, span int32) []int32 {
+	for j := int32(i); j < int32(i)+span; j++ {
+		ops = append(ops, j)
+	}
+	return ops
 }
 
 // laneFor returns the lane of the master that owns key's slot; a nil lane
@@ -174,21 +189,22 @@ func (s *Store) addLane(addr string) {
 }
 
 // retire takes an idle cluster lane out of the store and closes its queue,
-// which stops its goroutines; nothing is lost, since a part only enters the
-// queue under mu (shared) and retire holds it exclusively. It only tries:
-// a Run holding mu (shared) may be waiting for room in another lane's
-// queue, and the dispatcher calling retire must never wait for that (it
-// tries again after the next idle period).
-func (s *Store) retire(l *lane) {
+// which stops its goroutines, and reports whether it did; nothing is lost,
+// since a part only enters the queue under mu (shared) and retire holds it
+// exclusively. It only tries: a Run holding mu (shared) may be waiting for
+// room in another lane's queue, and the dispatcher calling retire must
+// never wait for that (it tries again after the next idle period).
+func (s *Store) retire(l *lane) bool {
 	if !s.mu.TryLock() {
-		return
+		return false
 	}
 	defer s.mu.Unlock()
 	if s.closed || len(l.queue) > 0 {
-		return // Close closes the queue; a part came meanwhile
+		return false // Close closes the queue; a part came meanwhile
 	}
 	delete(s.lanes, l.addr)
 	close(l.queue)
+	return true
 }
 
 // learnSlots waits until the store knows the cluster's slot map, asking

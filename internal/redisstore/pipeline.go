@@ -28,12 +28,16 @@ type pipe struct {
 	answered []atomic.Uint32
 }
 
-// ref is one operation in a pipe.
+// ref is one operation in a pipe. The members of an all-or-nothing group
+// follow each other; the group is answered, once, through its first ref
+// (its answered flag is the group's).
 type ref struct {
 	c        *Caller
 	i        int32       // index in c.ops and c.results
 	kind     decide.Kind // copied: c.ops is the connection's once answered
 	deadline time.Time   // copied: c.deadline is the next Run's once answered
+	span     int32       // copied: op.span
+	group    bool        // copied: op.group
 }
 
 // newPipe returns a pipe with the operations of part for Redis, with room
@@ -51,7 +55,8 @@ func (p *pipe) add(part *part) {
 		p.deadline = c.deadline
 	}
 	for _, i := range part.ops {
-		p.refs = append(p.refs, ref{c: c, i: i, kind: c.ops[i].Kind, deadline: c.deadline})
+		o := &c.ops[i]
+		p.refs = append(p.refs, ref{c: c, i: i, kind: o.Kind, deadline: c.deadline, span: o.span, group: o.group})
 	}
 }
 
@@ -164,7 +169,9 @@ func (l *lane) freeWorker(deadline time.Time, timer *time.Timer) *worker {
 func (s *Store) expireOps(c *Caller, ops []int32, err error, node string) {
 	for _, i := range ops {
 		k := c.ops[i].Kind
-		s.count(k, s.failResult(k), err)
+		if c.ops[i].span > 0 { // a group is one decision, counted at its first
+			s.count(k, s.failResult(k), err)
+		}
 		c.answer(i, s.failResult(k))
 	}
 	msg := "no pipeline to Redis free within the timeout; answered without sending"
@@ -207,8 +214,8 @@ func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
 	now := time.Now()
 	n := 0
 	for i := range p.refs {
-		if p.answered[i].Load() != 0 {
-			continue
+		if p.refs[i].span == 0 || p.answered[i].Load() != 0 {
+			continue // a group's other members are answered with its first
 		}
 		if due := s.due(p, &p.refs[i]); due.After(now) {
 			if !left || due.Before(next) {
@@ -216,8 +223,8 @@ func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
 			}
 			continue
 		}
-		if s.settle(p, i, s.failResult(p.refs[i].kind), context.DeadlineExceeded) {
-			n++
+		if s.settlePolicy(p, i, context.DeadlineExceeded) {
+			n += int(p.refs[i].span)
 		}
 	}
 	if n > 0 {
@@ -292,10 +299,18 @@ func (w *worker) execute(p *pipe) {
 	var lastErr error
 	failed, lost := 0, 0
 	for i := range p.refs {
-		v, err := w.batch.Reply(i)
-		r, err := s.outcome(p.refs[i].kind, v, err)
-		if s.settle(p, i, r, err) && err != nil {
-			failed++
+		var err error
+		n := 1
+		switch r := &p.refs[i]; {
+		case r.span == 0:
+			continue // answered with its group's first
+		case r.group:
+			n, err = s.settleGroup(p, i, &w.batch)
+		default:
+			err = s.settleReply(p, i, &w.batch)
+		}
+		if err != nil {
+			failed += n
 			lastErr = err
 			if redisscript.Classify(err) == redisscript.Transport {
 				lost++
@@ -319,18 +334,23 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 	b.Reset(w.l.s.cfg.Prefix)
 	for j := range p.refs {
 		r := &p.refs[j]
-		op := &r.c.ops[r.i]
-		c := redisscript.Call{Op: redisscript.Acquire, Limit: op.Limit, Cost: op.Cost, At: redisscript.RedisTime}
-		switch r.kind {
-		case decide.Peek:
-			c.Op = redisscript.Peek
-		case decide.Reset:
-			c = redisscript.Call{Op: redisscript.Reset}
-		}
-		b.Add(op.Key, c)
+		o := &r.c.ops[r.i]
+		b.Add(o.Key, scriptCall(o))
 	}
 	p.answered = make([]atomic.Uint32, len(p.refs))
 	b.Build(ctx, w.l.s.perCall)
+}
+
+// settleReply answers ref i of p, an operation alone, with its reply in b
+// (or the policy's answer when the reply is a failure), unless the timer
+// answered it; it returns the failure that made it the policy's answer.
+func (s *Store) settleReply(p *pipe, i int, b *redisscript.Batch) error {
+	v, err := b.Reply(i)
+	r, err := s.outcome(p.refs[i].kind, v, err)
+	if !s.settle(p, i, r, err) {
+		return nil // the timer answered it
+	}
+	return err
 }
 
 // outcome turns the reply to an operation into its answer, or the policy's

@@ -432,27 +432,8 @@ func TestClusterSharesLimits(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "Stats().Buckets == 3", func() bool { return s.Stats().Buckets == 3 })
 }
 
-// redisSlot is Redis Cluster's key slot: CRC16 (XMODEM) of the key, or of
-// its {hash tag}, mod 16384.
-func redisSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+// redisSlot is the store's keySlot of a key given as a string.
+func redisSlot(key string) int { return int(keySlot([]byte(key))) }
 
 // Failures: every answer within the timeout, with the configured policy.
 

@@ -1,12 +1,14 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redisscript"
 )
@@ -66,11 +68,11 @@ type txResult struct {
 // of its own, so that the answers come within Timeout (plus grace) even if
 // the Redis client overruns its context: then every operation gets the
 // policy's answer, and the late transaction touches nothing of the Caller.
-func (s *Store) transact(ops []decide.Request, remote []int, results []decide.Answer) error {
+func (s *Store) transact(ops []op, remote []int, results []decide.Answer) error {
 	b := new(redisscript.Batch)
 	b.Reset(s.cfg.Prefix)
 	for _, i := range remote {
-		b.Add(ops[i].Key, scriptCall(ops[i]))
+		b.Add(ops[i].Key, scriptCall(&ops[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
@@ -89,7 +91,9 @@ func (s *Store) transact(ops []decide.Request, remote []int, results []decide.An
 		for _, i := range remote {
 			k := ops[i].Kind
 			results[i] = s.failResult(k)
-			s.count(k, results[i], context.DeadlineExceeded)
+			if ops[i].span > 0 { // a group is one decision, counted at its first
+				s.count(k, results[i], context.DeadlineExceeded)
+			}
 		}
 		s.logError("no reply from Redis to a transaction within the timeout", context.DeadlineExceeded, len(remote), "")
 		return nil
@@ -100,16 +104,13 @@ func (s *Store) transact(ops []decide.Request, remote []int, results []decide.An
 	s.scriptLoads.Add(int64(r.evals))
 	var lastErr error
 	failed := 0
-	for j, i := range remote {
-		v, err := b.Reply(j)
-		k := ops[i].Kind
-		a, err := s.outcome(k, v, err)
-		s.count(k, a, err)
-		results[i] = a
+	for j := 0; j < len(remote); j++ {
+		n, err := s.txAnswer(ops, remote, j, b, results)
 		if err != nil {
-			failed++
+			failed += n
 			lastErr = err
 		}
+		j += n - 1
 	}
 	if failed > 0 {
 		s.logError("Redis transaction failed", lastErr, failed, "")
@@ -117,13 +118,51 @@ func (s *Store) transact(ops []decide.Request, remote []int, results []decide.An
 	return nil
 }
 
-// scriptCall is the script call that answers op, at Redis TIME.
-func scriptCall(op decide.Request) redisscript.Call {
-	switch op.Kind {
-	case decide.Peek:
-		return redisscript.Call{Op: redisscript.Peek, Limit: op.Limit, Cost: op.Cost, At: redisscript.RedisTime}
-	case decide.Reset:
-		return redisscript.Call{Op: redisscript.Reset}
+// txAnswer puts the answer to the operation remote[j] of a transaction in
+// results, from its reply in b: an operation alone, or, when it starts an
+// all-or-nothing group, the whole group (every member the policy's answer
+// if any member's reply is a failure), counted as one decision. It returns
+// how many operations it answered and the failure, if any.
+func (s *Store) txAnswer(ops []op, remote []int, j int, b *redisscript.Batch, results []decide.Answer) (int, error) {
+	first := &ops[remote[j]]
+	n := max(int(first.span), 1)
+	var failure error
+	all := true
+	for k := j; k < j+n; k++ {
+		v, err := b.Reply(k)
+		a, err := s.outcome(ops[remote[k]].Kind, v, err)
+		results[remote[k]] = a
+		failure = cmp.Or(failure, err)
+		all = all && a.Err == nil && a.Decision.Allowed
 	}
-	return redisscript.Call{Op: redisscript.Acquire, Limit: op.Limit, Cost: op.Cost, At: redisscript.RedisTime}
+	switch {
+	case failure != nil:
+		for k := j; k < j+n; k++ {
+			results[remote[k]] = s.failResult(ops[remote[k]].Kind)
+		}
+		s.count(first.Kind, results[remote[j]], failure)
+	case first.group:
+		s.count(decide.Acquire, decide.Answer{Decision: bucket.Decision{Allowed: all}}, nil)
+	default:
+		s.count(first.Kind, results[remote[j]], nil)
+	}
+	return n, failure
+}
+
+// scriptCall is the script call that answers o, at Redis TIME: its own, or
+// its part of an all-or-nothing group (the first member carries the size).
+func scriptCall(o *op) redisscript.Call {
+	c := redisscript.Call{Op: redisscript.Acquire, Limit: o.Limit, Cost: o.Cost, At: redisscript.RedisTime}
+	switch {
+	case o.group:
+		c.Op = redisscript.AcquireAll
+		if o.span > 0 {
+			c.Group = int(o.span)
+		}
+	case o.Kind == decide.Peek:
+		c.Op = redisscript.Peek
+	case o.Kind == decide.Reset:
+		c = redisscript.Call{Op: redisscript.Reset}
+	}
+	return c
 }

@@ -90,11 +90,13 @@ var (
 // Replies of MULTI, EXEC, DISCARD and WATCH, worded as Redis 7.2 words
 // them, except errWatchUnsupported: bucketd has no WATCH.
 var (
-	errExecNoMulti      = &errorReply{"ERR EXEC without MULTI", ErrInvalidArg}
-	errDiscardNoMulti   = &errorReply{"ERR DISCARD without MULTI", ErrInvalidArg}
-	errMultiNested      = &errorReply{"ERR MULTI calls can not be nested", ErrInvalidArg}
-	errWatchInMulti     = &errorReply{"ERR WATCH inside MULTI is not allowed", ErrInvalidArg}
-	errExecAbort        = &errorReply{"EXECABORT Transaction discarded because of previous errors.", ErrInvalidArg}
+	errExecNoMulti    = &errorReply{"ERR EXEC without MULTI", ErrInvalidArg}
+	errDiscardNoMulti = &errorReply{"ERR DISCARD without MULTI", ErrInvalidArg}
+	errMultiNested    = &errorReply{"ERR MULTI calls can not be nested", ErrInvalidArg}
+	errWatchInMulti   = &errorReply{"ERR WATCH inside MULTI is not allowed", ErrInvalidArg}
+	errExecAbort      = &errorReply{"EXECABORT Transaction discarded because of previous errors.", ErrInvalidArg}
+	// Redis Cluster's own words for keys of one call in different slots
+	// (a transaction's, or a TB.MACQUIRE group's, in store mode).
 	errCrossSlot        = &errorReply{"CROSSSLOT Keys in request don't hash to the same slot", ErrInvalidArg}
 	errWatchUnsupported = &errorReply{"ERR WATCH is not supported by bucketd: a bucket changes with time alone, so a watched bucket would always count as changed. " +
 		"Send MULTI ... EXEC without WATCH: EXEC runs the queued commands with no other client's command in between", ErrInvalidArg}
@@ -190,6 +192,7 @@ var answerErrors = [...]struct {
 	{decide.ErrWrongType, errWrongType},
 	{decide.ErrNotApplied, errNotApplied},
 	{decide.ErrUnsupported, errThrottleNotStore},
+	{decide.ErrCrossSlot, errCrossSlot},
 }
 
 // answerError returns the reply to the first error among one command's
