@@ -78,10 +78,10 @@ func newScenario(p string, protocol int64) scenario {
 		{what: "CL.THROTTLE again", Cmd: []string{"CL.THROTTLE", k("c"), "4", "1", "3600"}, want: []any{int64(0), int64(5), int64(3), int64(-1), span{7200 - slack/1000, 7200}}},
 	}
 	sc.transactions = []step{
-
-		// A transaction over several keys (so several shards): 4 of t1's
-		// 10 tokens, 2 of t2's 5, a denied cost above capacity, a
-		// CL.THROTTLE, and a TB.PEEK that sees the takes before it.
+		// A transaction over several keys (as a rule on more than one
+		// shard): 4 of t1's 10 tokens, 2 of t2's 5, a denied cost above
+		// capacity, a CL.THROTTLE, and a TB.PEEK that sees the takes
+		// before it.
 		{what: "transaction", Tx: [][]string{
 			acq(k("t1"), "10"),
 			acq(k("t1"), "10"),
