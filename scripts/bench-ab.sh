@@ -8,7 +8,9 @@
 # It starts both builds at once (loopback, free ports) and runs, for every test
 # and repetition, A then B (odd repetitions) or B then A (even ones), so that a
 # drift of the shared machine cannot favour one side. It prints a Markdown table
-# of median req/s per side and the ratio B/A; quote the ratio, not the figures.
+# of median req/s per side and the ratio B/A, and the median CPU time each
+# server spent per request (user + system, from /proc), which other programs
+# on a shared machine disturb much less; quote ratios, not the figures.
 #
 # Tests (redis-benchmark -c CLIENTS -r KEYSPACE, default --threads 1):
 #   acq1, acq16     TB.ACQUIRE key:__rand_int__ 100 10 1 at -P 1 and -P 16
@@ -79,6 +81,7 @@ else
 fi
 
 read -r port_a port_b < <(free_ports 2) || die "no free ports"
+declare -A side_pid
 start() { # start BIN PORT NAME
   if [[ -n ${GOMAXPROCS_AB:-} ]]; then
     env GOMAXPROCS="$GOMAXPROCS_AB" "$1" --addr "$HOST:$2" --metrics-addr= ${flags[@]+"${flags[@]}"} >"$tmp/$3.log" 2>&1 &
@@ -86,6 +89,7 @@ start() { # start BIN PORT NAME
     env -u GOMAXPROCS "$1" --addr "$HOST:$2" --metrics-addr= ${flags[@]+"${flags[@]}"} >"$tmp/$3.log" 2>&1 &
   fi
   pids+=($!)
+  side_pid[$3]=$!
   wait_ready "$3" "$2" "$!" "$tmp/$3.log"
 }
 start "$A_BIN" "$port_a" a
@@ -98,6 +102,7 @@ if [[ -n ${EXTRA:-} ]]; then
 fi
 results=$tmp/results.txt
 : >"$results"
+hz=$(getconf CLK_TCK)
 for ((rep = 1; rep <= REPS; rep++)); do
   order=(a b)
   ((rep % 2 == 0)) && order=(b a)
@@ -109,17 +114,20 @@ for ((rep = 1; rep <= REPS; rep++)); do
     for side in "${order[@]}"; do
       port=$port_a
       [[ $side == b ]] && port=$port_b
+      t0=$(cpu_ticks "${side_pid[$side]}")
       run_bench "$port" "$n" "$pipe" "$tmp/$id-$side-$rep.csv" "${cmd[@]}"
+      t1=$(cpu_ticks "${side_pid[$side]}")
       parsed=$(parse_csv "$tmp/$id-$side-$rep.csv") || die "cannot parse redis-benchmark output"
-      echo "$id $side $rep $parsed" >>"$results"
-      log "rep $rep/$REPS $id $side: $parsed (req/s p50 p99)"
+      cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.3f", t / hz * 1e6 / n }')
+      echo "$id $side $rep $parsed $cpu" >>"$results"
+      log "rep $rep/$REPS $id $side: $parsed $cpu (req/s, p50 ms, p99 ms, server CPU us/request)"
     done
   done
 done
 
-median() { # median ID SIDE
-  awk -v t="$1" -v s="$2" '$1 == t && $2 == s { print $4 }' "$results" | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", m }'
+median() { # median ID SIDE [FIELD: 4 req/s (default), 7 CPU us/request]
+  awk -v t="$1" -v s="$2" -v f="${3:-4}" '$1 == t && $2 == s { print $f }' "$results" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f", m }'
 }
 cat <<EOF
 ## bucketd A/B: $(date -u '+%Y-%m-%d %H:%M UTC')
@@ -127,8 +135,8 @@ cat <<EOF
 - A: $a_desc; B: $b_desc; GOMAXPROCS ${GOMAXPROCS_AB:-unset}; flags: ${FLAGS:-none}
 - redis-benchmark -c $CLIENTS -r $KEYSPACE -n $N_P1 (-P 1) / $N_P16 (-P 16); $REPS repetitions, sides alternated
 
-| test | A req/s | B req/s | B/A | B/A per repetition |
-|---|---:|---:|---:|---|
+| test | A req/s | B req/s | B/A | B/A per repetition | A CPU us/req | B CPU us/req | B/A CPU |
+|---|---:|---:|---:|---|---:|---:|---:|
 EOF
 for t in "${tests[@]}"; do
   IFS='|' read -r id _ _ <<<"$t"
@@ -136,5 +144,8 @@ for t in "${tests[@]}"; do
   b=$(median "$id" b)
   per=$(awk -v t="$id" '$1 == t { v[$2 $3] = $4; if ($3 > n) n = $3 }
     END { for (r = 1; r <= n; r++) printf "%s%.2f", (r > 1 ? " " : ""), v["b" r] / v["a" r] }' "$results")
-  printf '| %s | %s | %s | %s | %s |\n' "$id" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')" "$per"
+  ac=$(median "$id" a 7)
+  bc=$(median "$id" b 7)
+  printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n' "$id" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')" "$per" \
+    "$ac" "$bc" "$(awk -v a="$ac" -v b="$bc" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "n/a" }')"
 done

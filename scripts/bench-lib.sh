@@ -24,6 +24,11 @@ trap_exit() {
   trap 'exit 143' TERM
 }
 
+# cpu_ticks PID: user + system CPU time of PID so far, in clock ticks (0
+# when gone). A server's CPU per request is much less disturbed by other
+# programs on the machine than its requests per second.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
 # free_ports [N]: N (default 2) distinct free TCP ports on 127.0.0.1.
 free_ports() {
   local count=${1:-2}

@@ -103,8 +103,6 @@ acq=(TB.ACQUIRE 'key:__rand_int__' 100 10 1)
 direct=(EVALSHA "$sha" 1 'direct:key:__rand_int__' 100 10 1)
 results=$tmp/results.txt
 : >"$results"
-# cpu_ticks PID: user + system CPU time of PID so far, in clock ticks (0 when gone).
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 hz=$(getconf CLK_TCK)
 measure() { # ID PORT BUCKETD_PID (- for none) N PIPELINE CMD...
   local id=$1 port=$2 bpid=$3 n=$4 pipe=$5 parsed r0 b0 r1 b1 cpu
