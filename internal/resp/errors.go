@@ -116,6 +116,11 @@ func txTooLong(maxCmds, maxBytes int) *errorReply {
 		strconv.Itoa(maxBytes) + " bytes (--max-query-bytes); EXEC will discard it (EXECABORT): split it into smaller transactions", ErrInvalidArg}
 }
 
+// errNotCacheable answers a bucket command the client asked to cache
+// (CLIENT TRACKING ON OPTIN, then CLIENT CACHING YES): see tracking.go.
+var errNotCacheable = &errorReply{"ERR TB.* and CL.THROTTLE replies depend on time and must not be cached: " +
+	"send the command without CLIENT CACHING YES (with rueidis: Do, not DoCache)", ErrInvalidArg}
+
 // Replies when the store cannot answer.
 var (
 	errShuttingDown     = &errorReply{"ERR server is shutting down, retry on another instance", ErrUnavailable}

@@ -80,6 +80,9 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 	if e != nil && equalFold(args[0], "EXEC") {
 		e = sess.tx.refuseExec(e)
 	}
+	if e == nil && sess.tracking.on && cmd.plan != nil && sess.tracking.cachingAsked() {
+		e = errNotCacheable
+	}
 	planned := false
 	switch {
 	case sess.tx.open && (e != nil || !cmd.atOnce):

@@ -12,10 +12,13 @@ import (
 // until the server invalidates the key. Every bucket reply depends on the
 // time it was made, so it is stale at once: bucketd follows each tracked
 // bucket reply with an invalidation push for its keys, right after the
-// reply and before the next one. A cache that stores the reply (rueidis's
-// DoCache, a user's Cacheable) drops it again as it reads the push, so
-// nothing is ever served from it. The push must not come before the reply:
-// rueidis keeps a fill that is still pending when an invalidation arrives.
+// reply and before the next one, and it refuses a bucket command whose
+// reply the client explicitly asked to cache (OPTIN with CLIENT CACHING
+// YES): a client can serve such a fill before it reads the push that
+// follows (rueidis's DoCache with a static TTL did), so the push alone
+// cannot keep a stale reply out of a cache. The push must not come before
+// the reply either: rueidis keeps a fill that is still pending when an
+// invalidation arrives.
 //
 // The commands and their replies and errors are Redis 7.2's. What is
 // tracked follows Redis's rules too (OPTIN: the command after CLIENT
@@ -270,6 +273,14 @@ func (sess *session) trackCommand(cmd *commandSpec, planned bool, args [][]byte)
 		t.caching = false
 	}
 }
+
+// cachingAsked reports whether the client asked, with CLIENT CACHING YES in
+// OPTIN mode, to cache the reply of the command being answered. A bucket
+// command gets errNotCacheable then: the invalidation push that follows
+// its reply cannot be relied on, since a client may serve a cache fill
+// before it reads the push (rueidis's DoCache with a static TTL was seen
+// doing so), and a bucket reply is stale at once.
+func (t *tracking) cachingAsked() bool { return t.optin && t.caching }
 
 // tracks reports whether the command being answered is tracked, as far as
 // OPTIN, OPTOUT and CLIENT CACHING decide.

@@ -95,12 +95,15 @@ func TestTrackingOptInOptOutAndBcast(t *testing.T) {
 		st(w(hello3), "HELLO", "3"),
 		st(w("+OK\r\n"), "CLIENT", "TRACKING", "ON", "OPTIN"),
 		st(w(peek), "TB.PEEK", "k", "10", "1"),
+		// A bucket reply the client asks to cache is refused: a push after
+		// it cannot keep a client from serving the fill (rueidis).
 		st(w("+OK\r\n"), "CLIENT", "CACHING", "YES"),
-		st(w(peek, invalidate("k")), "TB.PEEK", "k", "10", "1"),
+		st(w(notCacheable), "TB.PEEK", "k", "10", "1"),
 		st(w(peek), "TB.PEEK", "k", "10", "1"),
 		st(w("+OK\r\n"), "CLIENT", "CACHING", "yes"),
 		st(w(":0\r\n"), "CLIENT", "GETREDIR"),
-		st(w(peek, invalidate("k")), "TB.PEEK", "k", "10", "1"),
+		st(w(notCacheable), "TB.ACQUIRE", "k", "10", "1"),
+		st(w(peek), "TB.PEEK", "k", "10", "1"), // nothing was taken
 		st(w("+OK\r\n"), "CLIENT", "CACHING", "YES"),
 		st(w("+PONG\r\n"), "PING"), // any other command uses CACHING YES up
 		st(w(peek), "TB.PEEK", "k", "10", "1"),
@@ -134,13 +137,20 @@ func TestTrackingInRESP2(t *testing.T) {
 	runSteps(t, c,
 		st(w("+OK\r\n"), "CLIENT", "TRACKING", "ON", "OPTIN"),
 		st(w("+OK\r\n"), "CLIENT", "CACHING", "YES"),
+		st(w(notCacheable), "TB.ACQUIRE", "k", "10", "1"),
 		st(w(":1\r\n"), "TB.ACQUIRE", "k", "10", "1"),
 		st(w("*6\r\n$5\r\nflags\r\n*2\r\n$2\r\non\r\n$5\r\noptin\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*0\r\n"), "CLIENT", "TRACKINGINFO"),
 		st(w(hello3), "HELLO", "3"),
 		st(w("+OK\r\n"), "CLIENT", "CACHING", "YES"),
+		st(w(notCacheable), "TB.ACQUIRE", "k", "10", "1"),
+		st(w("+OK\r\n"), "CLIENT", "TRACKING", "ON"), // default mode: tracked, pushed
 		st(w(":1\r\n", invalidate("k")), "TB.ACQUIRE", "k", "10", "1"),
 	)
 }
+
+// notCacheable is the reply to a bucket command after CLIENT CACHING YES.
+const notCacheable = "-ERR TB.* and CL.THROTTLE replies depend on time and must not be cached: " +
+	"send the command without CLIENT CACHING YES (with rueidis: Do, not DoCache)\r\n"
 
 // TestTrackingRedirect: a REDIRECT to a client that does not exist gets
 // Redis's error; to the connection itself it is tracking without REDIRECT;

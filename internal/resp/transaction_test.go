@@ -259,8 +259,8 @@ func TestTransactionTracking(t *testing.T) {
 		st(w(ok), "CLIENT", "CACHING", "YES"),
 		st(w(ok), "MULTI"),
 		st(w(queued), "PING"),
-		st(w(queued), "TB.PEEK", "a", "10", "1"),
-		st(w("*2\r\n"+pong+peek, invalidate("a")), "EXEC"),
+		st(w(notCacheable), "TB.PEEK", "a", "10", "1"), // CACHING YES covers the transaction: refused
+		st(w(execAbort), "EXEC"),
 		st(w(peek), "TB.PEEK", "a", "10", "1"), // EXEC used CACHING up
 		st(w(ok), "CLIENT", "CACHING", "YES"),
 		st(w(ok), "MULTI"),
