@@ -12,20 +12,28 @@ import (
 type planKind uint8
 
 const (
-	planAcquire     planKind = iota // one op; reply :1 or :0
-	planAcquireInfo                 // one op; reply the four WITHINFO integers
-	planPeek                        // one op; reply the four integers
-	planReset                       // n ops; reply the number removed
-	planThrottle                    // one op; reply CL.THROTTLE's five integers
-	planError                       // no op; reply err
+	planAcquire       planKind = iota // one op; reply :1 or :0
+	planAcquireInfo                   // one op; reply the four WITHINFO integers
+	planPeek                          // one op; reply the four integers
+	planReset                         // n ops; reply the number removed
+	planThrottle                      // one op; reply CL.THROTTLE's five integers
+	planError                         // no op; reply err
+	planPolicyAcquire                 // a group of a policy's limits, or a shadow policy's op (policies.go)
+	planPolicyPeek                    // the peeks of a policy's limits, or of a shadow policy (policies.go)
+	planMAcquire                      // TB.MACQUIRE's groups (macquire.go)
 )
 
 // planned is one command of a pipeline waiting for its shard results.
 type planned struct {
 	kind planKind
-	push bool        // an invalidation follows the reply (tracking.go)
-	ops  int32       // requests queued for it
-	err  *errorReply // planError's reply
+	push bool // an invalidation follows the reply (tracking.go)
+	info bool // WITHINFO, for planPolicyAcquire and planMAcquire
+	ops  int32
+	// policy is 1 + the index, in the pipeline's policy set, of the
+	// policy the command named; 0 for explicit limits.
+	policy int32
+	mb     int32       // planMAcquire: its first bucket in session.mb
+	err    *errorReply // planError's reply
 }
 
 // handle is redcon's callback for the first command of a read. It takes the
@@ -109,28 +117,42 @@ func (sess *session) planError(e *errorReply) {
 }
 
 // planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO]
-// (4 to 6 arguments).
+// (4 to 6 arguments), or TB.ACQUIRE key POLICY name [cost] [WITHINFO].
 func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
-	op, e := s.parseBucketArgs(sess, args)
+	if equalFold(args[2], "POLICY") {
+		return s.planPolicyAcquire(sess, args)
+	}
+	op, e := s.parseBucketArgs(args)
 	if e != nil {
 		return e
 	}
 	kind := planAcquire
-	rest := args[4:]
-	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
-		kind = planAcquireInfo
-		rest = rest[:len(rest)-1]
-	}
-	if len(rest) > 1 {
-		return errSyntax
-	}
-	if op.Cost, e = optionalCost(rest); e != nil {
+	cost, info, e := acquireOptions(args[4:])
+	if e != nil {
 		return e
 	}
+	if info {
+		kind = planAcquireInfo
+	}
+	op.Cost = cost
 	op.Kind = decide.Acquire
 	sess.caller.Add(op)
 	sess.plan = append(sess.plan, planned{kind: kind, ops: 1})
 	return nil
+}
+
+// acquireOptions parses what may follow TB.ACQUIRE's limits: [cost]
+// [WITHINFO], WITHINFO only last.
+func acquireOptions(rest [][]byte) (cost float64, info bool, _ *errorReply) {
+	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
+		info = true
+		rest = rest[:len(rest)-1]
+	}
+	if len(rest) > 1 {
+		return 0, false, errSyntax
+	}
+	cost, e := optionalCost(rest)
+	return cost, info, e
 }
 
 // optionalCost parses the cost argument that may follow key capacity rate
@@ -142,9 +164,13 @@ func optionalCost(rest [][]byte) (float64, *errorReply) {
 	return parseCost(rest[0])
 }
 
-// planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments).
+// planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments), or
+// TB.PEEK key POLICY name [cost].
 func (s *Server) planPeek(sess *session, args [][]byte) *errorReply {
-	op, e := s.parseBucketArgs(sess, args)
+	if equalFold(args[2], "POLICY") {
+		return s.planPolicyPeek(sess, args)
+	}
+	op, e := s.parseBucketArgs(args)
 	if e != nil {
 		return e
 	}
@@ -173,45 +199,36 @@ func (s *Server) planReset(sess *session, args [][]byte) *errorReply {
 	return nil
 }
 
-// parseBucketArgs checks key, capacity and rate (or POLICY name), the
-// arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or nil
-// when all are valid.
-func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, *errorReply) {
-	var op decide.Request
-	op.Key = args[1]
+// parseBucketArgs checks key, capacity and rate, the arguments TB.ACQUIRE
+// and TB.PEEK share without POLICY. It returns an error reply, or nil when
+// all are valid.
+func (s *Server) parseBucketArgs(args [][]byte) (decide.Request, *errorReply) {
+	op := decide.Request{Key: args[1]}
 	if len(op.Key) > s.cfg.MaxKeyBytes {
 		return op, errKeyTooLong
 	}
-	if equalFold(args[2], "POLICY") {
-		p, ok := (*s.policies.Load())[string(args[3])] // no allocation for the lookup
-		if !ok {
-			return op, unknownPolicy(args[3])
-		}
-		if p.Prefix != "" {
-			// The prefixed key lives in the session's arena until the
-			// pipeline is answered; growing the arena leaves earlier keys
-			// pointing at the old array, which stays valid.
-			start := len(sess.keys)
-			sess.keys = append(sess.keys, p.Prefix...)
-			sess.keys = append(sess.keys, op.Key...)
-			op.Key = sess.keys[start:len(sess.keys):len(sess.keys)]
-			if len(op.Key) > s.cfg.MaxKeyBytes {
-				return op, errKeyTooLong
-			}
-		}
-		op.Limit = bucket.Limit{Capacity: p.Capacity, Rate: p.Rate}
-		return op, nil
-	}
-	capacity, e := parseParam(args[2], false, errInvalidCapacity, errCapacityTooLarge)
+	var e *errorReply
+	op.Limit, e = parseLimit(args[2], args[3], &plainLimitErrs)
+	return op, e
+}
+
+// limitErrs are the replies to a bad capacity or rate: TB.MACQUIRE's name
+// the bucket.
+type limitErrs struct{ badCapacity, bigCapacity, badRate, bigRate *errorReply }
+
+var plainLimitErrs = limitErrs{errInvalidCapacity, errCapacityTooLarge, errInvalidRate, errRateTooLarge}
+
+// parseLimit parses a capacity and a rate.
+func parseLimit(capacity, rate []byte, errs *limitErrs) (bucket.Limit, *errorReply) {
+	c, e := parseParam(capacity, false, errs.badCapacity, errs.bigCapacity)
 	if e != nil {
-		return op, e
+		return bucket.Limit{}, e
 	}
-	rate, e := parseParam(args[3], false, errInvalidRate, errRateTooLarge)
+	r, e := parseParam(rate, false, errs.badRate, errs.bigRate)
 	if e != nil {
-		return op, e
+		return bucket.Limit{}, e
 	}
-	op.Limit = bucket.Limit{Capacity: capacity, Rate: rate}
-	return op, nil
+	return bucket.Limit{Capacity: c, Rate: r}, nil
 }
 
 func parseCost(b []byte) (float64, *errorReply) {
@@ -232,11 +249,21 @@ func parseParam(b []byte, zeroOK bool, invalid, tooLarge *errorReply) (float64, 
 }
 
 // flushPlan sends the planned bucket operations to the shards and writes
-// every planned reply in order.
+// every planned reply in order. Then it lets go of the policy set the
+// answered commands planned with, adding its tally to the counters, so
+// that a command after it, and the next pipeline, see the policies in
+// force then.
 func (s *Server) flushPlan(c redcon.Conn, sess *session) {
-	if len(sess.plan) == 0 {
-		return
+	if len(sess.plan) != 0 {
+		sess.answerPlan(c)
 	}
+	if sess.pt.set != nil {
+		sess.releasePolicies()
+	}
+}
+
+// answerPlan runs the planned operations and writes every planned reply.
+func (sess *session) answerPlan(c redcon.Conn) {
 	answers, err := sess.caller.Run()
 	next := 0
 	for _, p := range sess.plan {
@@ -267,7 +294,7 @@ func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Ans
 		sess.writeError(c, e)
 		return false
 	}
-	writeAnswer(c, p.kind, rs)
+	sess.writeAnswer(c, p, rs)
 	return true
 }
 
@@ -276,18 +303,24 @@ func (sess *session) endPlan() {
 	clear(sess.plan) // drop dynamic error replies
 	sess.plan = sess.plan[:0]
 	sess.keys = sess.keys[:0]
+	sess.mb = sess.mb[:0]
 }
 
 // writeAnswer writes the reply of one planned bucket command from its
-// answers, which carry no error.
-func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
-	switch kind {
+// answers, which carry no error, and counts its decision.
+func (sess *session) writeAnswer(c redcon.Conn, p planned, rs []decide.Answer) {
+	switch p.kind {
 	case planAcquire:
 		c.WriteInt(boolInt(rs[0].Decision.Allowed))
-	case planAcquireInfo, planPeek:
+		sess.countDecision(p.policy, result(rs[0].Decision.Allowed))
+	case planAcquireInfo:
+		writeDecision(c, rs[0].Decision)
+		sess.countDecision(p.policy, result(rs[0].Decision.Allowed))
+	case planPeek:
 		writeDecision(c, rs[0].Decision)
 	case planThrottle:
 		writeThrottle(c, rs[0].Throttle)
+		sess.countDecision(0, result(!rs[0].Throttle.Limited))
 	case planReset:
 		removed := 0
 		for _, r := range rs {
@@ -296,7 +329,21 @@ func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
 			}
 		}
 		c.WriteInt(removed)
+	case planPolicyAcquire:
+		sess.writePolicyAcquire(c, p, rs)
+	case planPolicyPeek:
+		sess.writePolicyPeek(c, p, rs)
+	case planMAcquire:
+		sess.writeMAcquire(c, p, rs)
 	}
+}
+
+// result is the result a decision is counted under.
+func result(allowed bool) int {
+	if allowed {
+		return resultAllowed
+	}
+	return resultDenied
 }
 
 // boolInt is 1 for true and 0 for false, as the replies show them.

@@ -13,6 +13,10 @@ type ServerStats struct {
 	TotalCommands        int64
 	Commands             []int64 // by command, indexed like CommandNames()
 	Errors               [numErrorKinds]int64
+	// Decisions are the decisions of the bucket commands by policy: first
+	// those of calls with explicit limits and of CL.THROTTLE (Name ""),
+	// then those of each policy in force, in name order (policies.go).
+	Decisions []PolicyStats
 }
 
 // counters are the Server's atomics. Per-command counts are added once per
@@ -26,6 +30,7 @@ type counters struct {
 	totalCmds            atomic.Int64
 	commands             [numCommands]atomic.Int64
 	errors               [numErrorKinds]atomic.Int64
+	decisions            [numResults]atomic.Int64 // calls with explicit limits, CL.THROTTLE
 }
 
 // Stats returns the protocol front's counters.
@@ -37,6 +42,7 @@ func (s *Server) Stats() ServerStats {
 		TLSHandshakeFailures: s.n.tlsHandshakeFailures.Load(),
 		TotalCommands:        s.n.totalCmds.Load(),
 		Commands:             make([]int64, numCommands),
+		Decisions:            s.policyStats(),
 	}
 	for i := range st.Commands {
 		st.Commands[i] = s.n.commands[i].Load()
@@ -49,13 +55,17 @@ func (s *Server) Stats() ServerStats {
 
 // tally is one connection's counts for the pipeline being executed.
 type tally struct {
-	commands [numCommands]int32
-	errors   [numErrorKinds]int32
-	any      bool
+	commands  [numCommands]int32
+	errors    [numErrorKinds]int32
+	decisions [numResults]int32 // of calls with explicit limits and CL.THROTTLE
+	any       bool
 }
 
 func (t *tally) command(id cmdID)  { t.commands[id]++; t.any = true }
 func (t *tally) error(k ErrorKind) { t.errors[k]++; t.any = true }
+
+// decision counts a decision of a call with explicit limits.
+func (t *tally) decision(result int) { t.decisions[result]++; t.any = true }
 
 // flushTally adds a connection's tally to the shared counters and clears it.
 func (s *Server) flushTally(t *tally) {
@@ -72,6 +82,12 @@ func (s *Server) flushTally(t *tally) {
 		if n != 0 {
 			s.n.errors[i].Add(int64(n))
 			t.errors[i] = 0
+		}
+	}
+	for i, n := range t.decisions {
+		if n != 0 {
+			s.n.decisions[i].Add(int64(n))
+			t.decisions[i] = 0
 		}
 	}
 	t.any = false

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/bucketd/bucketd/internal/resp"
 )
 
 // invalidate is the RESP3 push that tells a client to drop what it cached
@@ -50,7 +48,7 @@ func w(replies ...string) []string { return replies }
 // rueidis keeps a cache fill that an earlier invalidation raced.
 func TestTrackingPushesRightAfterEachBucketReply(t *testing.T) {
 	ts := startServer(t, nil)
-	ts.Server.SetPolicies(map[string]resp.Policy{"api": {Capacity: 5, Rate: 1, Prefix: "api:"}})
+	ts.Server.SetPolicies(loadPolicies(t, "policies:\n  api: {capacity: 5, rate: 1, prefix: \"api:\"}\n"))
 	c := dial3(t, ts.Addr)
 	runSteps(t, c,
 		st(w(hello3), "HELLO", "3"),
