@@ -17,23 +17,24 @@ const (
 	planPeek                          // one op; reply the four integers
 	planReset                         // n ops; reply the number removed
 	planThrottle                      // one op; reply CL.THROTTLE's five integers
-	planError                         // no op; reply err
+	planError                         // no op; reply session.errs[arg]
 	planPolicyAcquire                 // a group of a policy's limits, or a shadow policy's op (policies.go)
 	planPolicyPeek                    // the peeks of a policy's limits, or of a shadow policy (policies.go)
 	planMAcquire                      // TB.MACQUIRE's groups (macquire.go)
 )
 
 // planned is one command of a pipeline waiting for its shard results.
+// It holds no pointer and stays small: a pipeline plans one per command.
 type planned struct {
 	kind planKind
 	push bool // an invalidation follows the reply (tracking.go)
 	info bool // WITHINFO, for planPolicyAcquire and planMAcquire
 	ops  int32
-	// policy is 1 + the index, in the pipeline's policy set, of the
-	// policy the command named; 0 for explicit limits.
-	policy int32
-	mb     int32       // planMAcquire: its first bucket in session.mb
-	err    *errorReply // planError's reply
+	// arg is what the kind needs besides: for planError its reply's index
+	// in session.errs; for planPolicyAcquire and planPolicyPeek the
+	// index, in the pipeline's policy set, of the policy named; for
+	// planMAcquire its first triple in session.mb.
+	arg int32
 }
 
 // handle is redcon's callback for the first command of a read. It takes the
@@ -62,8 +63,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		executed++
 	}
 	s.flushPlan(c, sess)
-	s.n.totalCmds.Add(int64(executed))
-	s.flushTally(&sess.tally)
+	s.flushTally(&sess.tally) // counts the commands executed, each under its name
 	if s.cfg.ObservePipeline != nil {
 		s.cfg.ObservePipeline(time.Since(start).Seconds(), executed)
 	}
@@ -113,7 +113,8 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 
 // planError plans an error reply.
 func (sess *session) planError(e *errorReply) {
-	sess.plan = append(sess.plan, planned{kind: planError, err: e})
+	sess.plan = append(sess.plan, planned{kind: planError, arg: int32(len(sess.errs))})
+	sess.errs = append(sess.errs, e)
 }
 
 // planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO]
@@ -127,14 +128,17 @@ func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
 		return e
 	}
 	kind := planAcquire
-	cost, info, e := acquireOptions(args[4:])
-	if e != nil {
+	rest := args[4:] // acquireOptions's work, written out on this hot path
+	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
+		kind = planAcquireInfo
+		rest = rest[:len(rest)-1]
+	}
+	if len(rest) > 1 {
+		return errSyntax
+	}
+	if op.Cost, e = optionalCost(rest); e != nil {
 		return e
 	}
-	if info {
-		kind = planAcquireInfo
-	}
-	op.Cost = cost
 	op.Kind = decide.Acquire
 	sess.caller.Add(op)
 	sess.plan = append(sess.plan, planned{kind: kind, ops: 1})
@@ -207,28 +211,16 @@ func (s *Server) parseBucketArgs(args [][]byte) (decide.Request, *errorReply) {
 	if len(op.Key) > s.cfg.MaxKeyBytes {
 		return op, errKeyTooLong
 	}
-	var e *errorReply
-	op.Limit, e = parseLimit(args[2], args[3], &plainLimitErrs)
-	return op, e
-}
-
-// limitErrs are the replies to a bad capacity or rate: TB.MACQUIRE's name
-// the bucket.
-type limitErrs struct{ badCapacity, bigCapacity, badRate, bigRate *errorReply }
-
-var plainLimitErrs = limitErrs{errInvalidCapacity, errCapacityTooLarge, errInvalidRate, errRateTooLarge}
-
-// parseLimit parses a capacity and a rate.
-func parseLimit(capacity, rate []byte, errs *limitErrs) (bucket.Limit, *errorReply) {
-	c, e := parseParam(capacity, false, errs.badCapacity, errs.bigCapacity)
+	capacity, e := parseParam(args[2], false, errInvalidCapacity, errCapacityTooLarge)
 	if e != nil {
-		return bucket.Limit{}, e
+		return op, e
 	}
-	r, e := parseParam(rate, false, errs.badRate, errs.bigRate)
+	rate, e := parseParam(args[3], false, errInvalidRate, errRateTooLarge)
 	if e != nil {
-		return bucket.Limit{}, e
+		return op, e
 	}
-	return bucket.Limit{Capacity: c, Rate: r}, nil
+	op.Limit = bucket.Limit{Capacity: capacity, Rate: rate}
+	return op, nil
 }
 
 func parseCost(b []byte) (float64, *errorReply) {
@@ -282,7 +274,7 @@ func (sess *session) answerPlan(c redcon.Conn) {
 func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Answer, next *int, err error) bool {
 	switch {
 	case p.kind == planError:
-		sess.writeError(c, p.err)
+		sess.writeError(c, sess.errs[p.arg])
 		return false
 	case err != nil:
 		sess.writeError(c, errShuttingDown)
@@ -300,8 +292,9 @@ func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Ans
 
 // endPlan empties the plan once its replies are written.
 func (sess *session) endPlan() {
-	clear(sess.plan) // drop dynamic error replies
 	sess.plan = sess.plan[:0]
+	clear(sess.errs) // drop dynamic error replies
+	sess.errs = sess.errs[:0]
 	sess.keys = sess.keys[:0]
 	sess.mb = sess.mb[:0]
 }
@@ -312,15 +305,15 @@ func (sess *session) writeAnswer(c redcon.Conn, p planned, rs []decide.Answer) {
 	switch p.kind {
 	case planAcquire:
 		c.WriteInt(boolInt(rs[0].Decision.Allowed))
-		sess.countDecision(p.policy, result(rs[0].Decision.Allowed))
+		sess.tally.decision(result(rs[0].Decision.Allowed))
 	case planAcquireInfo:
 		writeDecision(c, rs[0].Decision)
-		sess.countDecision(p.policy, result(rs[0].Decision.Allowed))
+		sess.tally.decision(result(rs[0].Decision.Allowed))
 	case planPeek:
 		writeDecision(c, rs[0].Decision)
 	case planThrottle:
 		writeThrottle(c, rs[0].Throttle)
-		sess.countDecision(0, result(!rs[0].Throttle.Limited))
+		sess.tally.decision(result(!rs[0].Throttle.Limited))
 	case planReset:
 		removed := 0
 		for _, r := range rs {

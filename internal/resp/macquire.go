@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 
+	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/tidwall/redcon"
@@ -77,7 +78,7 @@ func (s *Server) planMAcquire(sess *session, args [][]byte) *errorReply {
 		sess.reqs[k].Cost = cost
 	}
 	sess.addGroups(first, shadows)
-	sess.plan = append(sess.plan, planned{kind: planMAcquire, info: info, ops: int32(len(sess.reqs)), mb: int32(first)})
+	sess.plan = append(sess.plan, planned{kind: planMAcquire, info: info, ops: int32(len(sess.reqs)), arg: int32(first)})
 	return nil
 }
 
@@ -106,14 +107,18 @@ func (s *Server) parseTriple(sess *session, t [][]byte, i int) *errorReply {
 		}
 		b.n, b.policy, b.shadow = int32(len(p.Limits)), idx+1, p.Shadow
 	} else {
-		lim, e := parseLimit(t[1], t[2], &limitErrs{errInvalidCapacityAt[i], errCapacityTooLargeAt[i], errInvalidRateAt[i], errRateTooLargeAt[i]})
+		capacity, e := parseParam(t[1], false, errInvalidCapacityAt[i], errCapacityTooLargeAt[i])
+		if e != nil {
+			return e
+		}
+		rate, e := parseParam(t[2], false, errInvalidRateAt[i], errRateTooLargeAt[i])
 		if e != nil {
 			return e
 		}
 		if start+1 > maxGroup {
 			return errTooManyBuckets
 		}
-		sess.reqs = append(sess.reqs, decide.Request{Kind: decide.Acquire, Key: key, Limit: lim})
+		sess.reqs = append(sess.reqs, decide.Request{Kind: decide.Acquire, Key: key, Limit: bucket.Limit{Capacity: capacity, Rate: rate}})
 	}
 	for _, r := range sess.reqs[start:] {
 		for _, q := range sess.reqs[:start] {
@@ -185,7 +190,7 @@ func (sess *session) addGroups(first int, shadows bool) {
 // (WITHINFO: then per triple, in order, the four integers; a policy's
 // limits combined as for TB.ACQUIRE key POLICY name), and counts it.
 func (sess *session) writeMAcquire(c redcon.Conn, p planned, rs []decide.Answer) {
-	mbs := sess.mb[p.mb:]
+	mbs := sess.mb[p.arg:]
 	k := 0
 	for ops := int32(0); ops < p.ops; k++ { // its triples hold its ops
 		ops += mbs[k].n

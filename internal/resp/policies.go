@@ -172,10 +172,9 @@ func (s *Server) policyStats() []PolicyStats {
 	return out
 }
 
-// planPolicyAcquire plans TB.ACQUIRE key POLICY name [cost] [WITHINFO].
-// A policy of one limit that is not a shadow policy is planned as
-// TB.ACQUIRE with its numbers is; one with several limits is a group of
-// its buckets (Caller.AddAll), answered by writePolicyAcquire.
+// planPolicyAcquire plans TB.ACQUIRE key POLICY name [cost] [WITHINFO]:
+// the request of a policy of one limit, or, for several limits, a group
+// of their buckets (Caller.AddAll), answered by writePolicyAcquire.
 func (s *Server) planPolicyAcquire(sess *session, args [][]byte) *errorReply {
 	i, p, e := s.policyRequests(sess, args[1], args[3], decide.Acquire)
 	if e != nil {
@@ -188,20 +187,12 @@ func (s *Server) planPolicyAcquire(sess *session, args [][]byte) *errorReply {
 	for k := range sess.reqs {
 		sess.reqs[k].Cost = cost
 	}
-	pl := planned{kind: planPolicyAcquire, info: info, ops: int32(len(sess.reqs)), policy: i + 1}
-	switch {
-	case p.Multi():
+	if p.Multi() {
 		sess.caller.AddAll(sess.reqs)
-	case p.Shadow:
+	} else {
 		sess.caller.Add(sess.reqs[0])
-	default:
-		sess.caller.Add(sess.reqs[0])
-		pl.kind = planAcquire
-		if info {
-			pl.kind = planAcquireInfo
-		}
 	}
-	sess.plan = append(sess.plan, pl)
+	sess.plan = append(sess.plan, planned{kind: planPolicyAcquire, info: info, ops: int32(len(sess.reqs)), arg: i})
 	return nil
 }
 
@@ -218,7 +209,7 @@ func (s *Server) planPolicyPeek(sess *session, args [][]byte) *errorReply {
 	if e != nil {
 		return e
 	}
-	pl := planned{kind: planPolicyPeek, ops: int32(len(sess.reqs)), policy: i + 1}
+	pl := planned{kind: planPolicyPeek, ops: int32(len(sess.reqs)), arg: i}
 	for _, r := range sess.reqs {
 		r.Cost = cost
 		sess.caller.Add(r)
@@ -283,10 +274,10 @@ func (s *Server) appendPolicyRequests(sess *session, p *policyEntry, key []byte,
 func (sess *session) writePolicyAcquire(c redcon.Conn, p planned, rs []decide.Answer) {
 	d := combine(rs)
 	res := result(d.Allowed)
-	if !d.Allowed && sess.pt.set.list[p.policy-1].Shadow {
+	if !d.Allowed && sess.pt.set.list[p.arg].Shadow {
 		d.Allowed, res = true, resultShadowDenied
 	}
-	sess.countDecision(p.policy, res)
+	sess.countDecision(p.arg+1, res)
 	if p.info {
 		writeDecision(c, d)
 	} else {
@@ -301,7 +292,7 @@ func (sess *session) writePolicyAcquire(c redcon.Conn, p planned, rs []decide.An
 // without cost), with its own retry_after_ms (the peeks with the cost), as
 // bucket.Check answers it. A shadow policy says allowed.
 func (sess *session) writePolicyPeek(c redcon.Conn, p planned, rs []decide.Answer) {
-	pe := &sess.pt.set.list[p.policy-1]
+	pe := &sess.pt.set.list[p.arg]
 	d := rs[0].Decision
 	if pe.Multi() {
 		all := true

@@ -249,6 +249,7 @@ type session struct {
 	guard  *guardConn
 	caller Caller
 	plan   []planned
+	errs   []*errorReply // the replies of this pipeline's planError commands
 	name   []byte
 	quit   bool
 	authed bool

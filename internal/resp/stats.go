@@ -10,7 +10,7 @@ type ServerStats struct {
 	// TLSHandshakeFailures counts TLS handshakes that failed or timed
 	// out, of admitted and refused connections alike.
 	TLSHandshakeFailures int64
-	TotalCommands        int64
+	TotalCommands        int64   // the sum of Commands
 	Commands             []int64 // by command, indexed like CommandNames()
 	Errors               [numErrorKinds]int64
 	// Decisions are the decisions of the bucket commands by policy: first
@@ -27,7 +27,6 @@ type counters struct {
 	totalConns           atomic.Int64
 	rejected             atomic.Int64
 	tlsHandshakeFailures atomic.Int64
-	totalCmds            atomic.Int64
 	commands             [numCommands]atomic.Int64
 	errors               [numErrorKinds]atomic.Int64
 	decisions            [numResults]atomic.Int64 // calls with explicit limits, CL.THROTTLE
@@ -40,12 +39,12 @@ func (s *Server) Stats() ServerStats {
 		TotalConnections:     s.n.totalConns.Load(),
 		RejectedConnections:  s.n.rejected.Load(),
 		TLSHandshakeFailures: s.n.tlsHandshakeFailures.Load(),
-		TotalCommands:        s.n.totalCmds.Load(),
 		Commands:             make([]int64, numCommands),
 		Decisions:            s.policyStats(),
 	}
 	for i := range st.Commands {
 		st.Commands[i] = s.n.commands[i].Load()
+		st.TotalCommands += st.Commands[i] // every command is counted under its name, unknown ones as "other"
 	}
 	for i := range st.Errors {
 		st.Errors[i] = s.n.errors[i].Load()
