@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // The binary serves policies with several limits and shadow policies from
@@ -74,5 +77,48 @@ func TestMultiLimitAndShadowPolicies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGroupsReplicate: in replicate mode every bucket a TB.MACQUIRE or a
+// policy of several limits charged reaches Redis, under its own key, and a
+// denied group writes nothing.
+func TestGroupsReplicate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bucketd.yaml")
+	if err := os.WriteFile(file, []byte(multiLimitPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.Start(t)
+	p := startBinary(t, "--config", file, "--replicate", "redis://"+rs.Addr, "--replicate-interval", "100ms")
+	c := p.client(t)
+	ctx := context.Background()
+	for _, step := range []struct {
+		args []any
+		want int64
+	}{
+		{[]any{"TB.MACQUIRE", 2, "a", 5, 0.001, "b", 3, 0.001, "COST", 2}, 1},
+		{[]any{"TB.MACQUIRE", 2, "a", 5, 0.001, "c", 1, 0.001, "COST", 2}, 0}, // c is short: a keeps 3, c is not created
+		{[]any{"TB.ACQUIRE", "u", "POLICY", "llm"}, 1},
+	} {
+		if v, err := c.Do(ctx, step.args...).Int64(); err != nil || v != step.want {
+			t.Fatalf("%v: %v, %v; want %d", step.args, v, err, step.want)
+		}
+	}
+	red := rs.Client()
+	want := map[string]float64{"tb:a": 3, "tb:b": 1, "tb:{u}:hour": 1, "tb:{u}:day": 2}
+	if !testkit.Poll(10*time.Second, func() bool {
+		for key, tokens := range want {
+			got, err := red.HGet(ctx, key, "tokens").Float64()
+			if err != nil || math.Abs(got-tokens) > 0.01 {
+				return false
+			}
+		}
+		return true
+	}) {
+		keys, _ := red.Keys(ctx, "*").Result()
+		t.Fatalf("Redis's copy never held %v (keys %v)", want, keys)
+	}
+	if n := red.Exists(ctx, "tb:c").Val(); n != 0 {
+		t.Fatal("the denied group wrote tb:c")
 	}
 }

@@ -2,7 +2,9 @@ package resp_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,24 @@ func TestGroupsInStoreMode(t *testing.T) {
 					c("[0 [1 9 0 1000000] [0 0 -1 5000000]]", "TB.MACQUIRE", 2, "{k}:a", 10, 0.001, "{k}:b", 5, 0.001, "COST", 6, "WITHINFO"),
 					c("2", "TB.RESET", "{k}:a", "{k}:b", "{k}:c"),
 				})
+				// In MULTI/EXEC, a group is part of the transaction Redis runs.
+				ctx := context.Background()
+				tx, err := ts.Client(t).TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Do(ctx, "TB.MACQUIRE", 2, "{k}:x", 2, 0.001, "{k}:y", 1, 0.001)
+					p.Do(ctx, "TB.MACQUIRE", 2, "{k}:x", 2, 0.001, "{k}:y", 1, 0.001, "WITHINFO")
+					p.Do(ctx, "TB.ACQUIRE", "{k}:x", 2, 0.001)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, cmd := range tx {
+					got = append(got, fmt.Sprint(cmd.(*redis.Cmd).Val()))
+				}
+				if want := "1 [0 [1 1 0 1000000] [0 0 1000000 1000000]] 1"; !near(strings.Join(got, " "), want) {
+					t.Fatalf("transaction: %s\nwant %s", strings.Join(got, " "), want)
+				}
 			})
 			t.Run("concurrency", func(t *testing.T) {
 				burstGroups(t, storeServer(t, client, "burst:"))
