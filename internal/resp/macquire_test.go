@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
 )
 
@@ -389,4 +390,20 @@ func burstGroups(t *testing.T, ts *testserver.Server) {
 // TestMAcquireNeverOverGrants: the concurrency test on the shards.
 func TestMAcquireNeverOverGrants(t *testing.T) {
 	burstGroups(t, startServer(t, nil))
+}
+
+// TestPolicyKeysWithinMaxKeyBytes: every key a policy derives must fit in
+// --max-key-bytes, in TB.ACQUIRE, TB.PEEK and TB.MACQUIRE.
+func TestPolicyKeysWithinMaxKeyBytes(t *testing.T) {
+	ts := startServer(t, func(cfg *resp.Config) { cfg.MaxKeyBytes = 12 })
+	ts.Server.SetPolicies(loadPolicies(t, policyFile))
+	runCalls(t, ts, ts.Client(t), []call{
+		c("1", "TB.ACQUIRE", "12345", "POLICY", "llm"), // {12345}:hour, 12 bytes
+		c("ERROR ERR key too long", "TB.ACQUIRE", "123456", "POLICY", "llm"),
+		c("ERROR ERR key too long", "TB.PEEK", "123456", "POLICY", "llm"),
+		c("ERROR ERR key too long for bucket 2", "TB.MACQUIRE", 2, "a", 1, 1, "123456", "POLICY", "llm"),
+		c("1", "TB.ACQUIRE", "12345678", "POLICY", "api"), // api:12345678
+		c("ERROR ERR key too long", "TB.ACQUIRE", "123456789", "POLICY", "api"),
+		c("3", "DBSIZE"),
+	})
 }

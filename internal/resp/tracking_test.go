@@ -56,6 +56,8 @@ func TestTrackingPushesRightAfterEachBucketReply(t *testing.T) {
 		st(w("*4\r\n:1\r\n:9\r\n:0\r\n:1000\r\n", invalidate("k")), "TB.PEEK", "k", "10", "1"),
 		st(w(":1\r\n", invalidate("k")), "TB.ACQUIRE", "k", "10", "1"),
 		st(w(":1\r\n", invalidate("u")), "TB.ACQUIRE", "u", "POLICY", "api"),
+		// TB.MACQUIRE: the keys of its buckets, as sent, options aside.
+		st(w(":1\r\n", invalidate("m1", "u")), "TB.MACQUIRE", "2", "m1", "10", "1", "u", "POLICY", "api", "COST", "1"),
 		st(w("*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:30\r\n", invalidate("t")), "CL.THROTTLE", "t", "1", "2", "60"),
 		st(w(":2\r\n", invalidate("k", "x", "api:u")), "TB.RESET", "k", "x", "api:u"),
 		// An error reply carries no value to cache: no push.
