@@ -75,7 +75,7 @@ if [[ -z ${B_BIN:-} ]]; then
   log "building B from the work tree"
   go build -o "$tmp/bucketd-b" ./cmd/bucketd || die "building the work tree failed"
   B_BIN=$tmp/bucketd-b
-  b_desc="work tree at $(git rev-parse --short HEAD)$([[ -n $(git status --porcelain) ]] && echo +dirty)"
+  b_desc="work tree at $(git rev-parse --short HEAD)$([[ -n $(git status --porcelain) ]] && echo +dirty || true)"
 else
   b_desc=$B_BIN
 fi

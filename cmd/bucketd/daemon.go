@@ -76,7 +76,7 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 		return nil, err
 	}
 	rl.srv = d.srv
-	d.srv.SetPolicies(respPolicies(cfg.Policies))
+	d.srv.SetPolicies(cfg.Policies)
 	return d, nil
 }
 

@@ -87,9 +87,6 @@ func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, geten
 	if err != nil {
 		return err
 	}
-	if err := servablePolicies(cfg.File, cfg.Policies); err != nil {
-		return err
-	}
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
 	logger := newLogger(cfg.LogFormat, level, stderr)

@@ -139,8 +139,8 @@ func TestMetricsHealthAndHealthcheck(t *testing.T) {
 	}
 	code, body := get("/metrics")
 	for _, want := range []string{
-		`bucketd_decisions_total{result="allowed"} 2`,
-		`bucketd_decisions_total{result="denied"} 1`,
+		`bucketd_decisions_total{policy="",result="allowed"} 2`,
+		`bucketd_decisions_total{policy="",result="denied"} 1`,
 		`bucketd_commands_total{command="tb.acquire"} 3`,
 		`bucketd_buckets 1`,
 		"bucketd_command_duration_seconds_bucket",

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/testkit"
@@ -63,6 +64,18 @@ func TestScrapeAfterCommands(t *testing.T) {
 	send("PING")
 	send("NOSUCHCOMMAND")
 	send("TB.ACQUIRE", "k") // wrong number of arguments
+	// Per policy: api denies its second call; trial, a shadow policy,
+	// would deny its second, and says allowed; a TB.MACQUIRE of explicit
+	// numbers counts under policy "", and once under each policy it names.
+	srv.SetPolicies(map[string]config.Policy{
+		"api":   {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}},
+		"trial": {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}, Shadow: true},
+	})
+	send("TB.ACQUIRE", "u", "POLICY", "api")
+	send("TB.ACQUIRE", "u", "POLICY", "api")
+	send("TB.ACQUIRE", "v", "POLICY", "trial")
+	send("TB.ACQUIRE", "v", "POLICY", "trial")
+	send("TB.MACQUIRE", 2, "m", 1, 0.001, "w", "POLICY", "api")
 
 	ts := httptest.NewServer(Handler(reg, nil))
 	defer ts.Close()
@@ -103,12 +116,19 @@ func TestScrapeAfterCommands(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"bucketd_decisions_total", []string{"result", "allowed"}, 3},
-		{"bucketd_decisions_total", []string{"result", "denied"}, 1},
+		{"bucketd_decisions_total", []string{"policy", "", "result", "allowed"}, 4},
+		{"bucketd_decisions_total", []string{"policy", "", "result", "denied"}, 1},
+		{"bucketd_decisions_total", []string{"policy", "api", "result", "allowed"}, 2},
+		{"bucketd_decisions_total", []string{"policy", "api", "result", "denied"}, 1},
+		{"bucketd_decisions_total", []string{"policy", "api", "result", "shadow_denied"}, 0},
+		{"bucketd_decisions_total", []string{"policy", "trial", "result", "allowed"}, 1},
+		{"bucketd_decisions_total", []string{"policy", "trial", "result", "denied"}, 0},
+		{"bucketd_decisions_total", []string{"policy", "trial", "result", "shadow_denied"}, 1},
 		{"bucketd_peeks_total", nil, 1},
 		{"bucketd_resets_total", nil, 1},
-		{"bucketd_buckets", nil, 1},
-		{"bucketd_commands_total", []string{"command", "tb.acquire"}, 5},
+		{"bucketd_buckets", nil, 5},
+		{"bucketd_commands_total", []string{"command", "tb.acquire"}, 9},
+		{"bucketd_commands_total", []string{"command", "tb.macquire"}, 1},
 		{"bucketd_commands_total", []string{"command", "tb.peek"}, 1},
 		{"bucketd_commands_total", []string{"command", "tb.reset"}, 1},
 		{"bucketd_commands_total", []string{"command", "ping"}, 1},

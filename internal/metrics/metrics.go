@@ -148,7 +148,8 @@ func newCollector(src Sources) (*collector, error) {
 		src:      src,
 		commands: resp.CommandNames(),
 
-		decisions:  desc("decisions_total", "TB.ACQUIRE and CL.THROTTLE decisions, by result: allowed (tokens spent) or denied (limited).", "result"),
+		decisions: desc("decisions_total", "Decisions of TB.ACQUIRE, TB.MACQUIRE and CL.THROTTLE, by policy (\"\" for explicit limits) and result: "+
+			"allowed, denied, or shadow_denied (a shadow policy would have denied; the reply said allowed).", "policy", "result"),
 		peeks:      desc("peeks_total", "TB.PEEK calls answered."),
 		resets:     desc("resets_total", "Buckets removed by TB.RESET (keys that did not exist are not counted)."),
 		expired:    desc("expired_buckets_total", "Buckets deleted by the expiry sweeper after refilling to capacity."),
@@ -216,7 +217,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the sources once each and sends their values. Label values
 // come from fixed tables (results, shard indexes, command names, error
-// kinds), so the number of series is bounded.
+// kinds) and the configured policies, so the number of series is bounded.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -226,8 +227,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	st := c.src.Buckets()
-	counter(c.decisions, float64(st.Allowed), "allowed")
-	counter(c.decisions, float64(st.Denied), "denied")
 	counter(c.peeks, float64(st.Peeks))
 	counter(c.resets, float64(st.Resets))
 	counter(c.expired, float64(st.Expired))
@@ -241,6 +240,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	ss := c.src.Server()
+	c.collectDecisions(ss.Decisions, counter)
 	for i, n := range ss.Commands {
 		if i < len(c.commands) {
 			counter(c.commandsTotal, float64(n), c.commands[i])
@@ -277,6 +277,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 	if c.src.Store != nil {
 		c.collectStore(c.src.Store(), counter)
+	}
+}
+
+// collectDecisions sends the decisions by policy: allowed and denied for
+// explicit limits (policy ""), and shadow_denied too for each policy in
+// force, shadow or not, so that a policy's series stay the same when its
+// shadow setting changes. The policies are those of the configuration, so
+// the series are bounded by it.
+func (c *collector) collectDecisions(ds []resp.PolicyStats, counter func(*prometheus.Desc, float64, ...string)) {
+	for _, d := range ds {
+		counter(c.decisions, float64(d.Allowed), d.Name, "allowed")
+		counter(c.decisions, float64(d.Denied), d.Name, "denied")
+		if d.Name != "" {
+			counter(c.decisions, float64(d.ShadowDenied), d.Name, "shadow_denied")
+		}
 	}
 }
 

@@ -69,6 +69,11 @@ func fakeServerStats() resp.ServerStats {
 		TLSHandshakeFailures: 3,
 		TotalCommands:        12345,
 		Commands:             make([]int64, len(resp.CommandNames())),
+		Decisions: []resp.PolicyStats{
+			{Allowed: 1000, Denied: 250},
+			{Name: "api", Limits: 1, Allowed: 400, Denied: 60},
+			{Name: "llm", Limits: 2, Shadow: true, Allowed: 70, ShadowDenied: 8},
+		},
 	}
 	for i := range st.Commands {
 		st.Commands[i] = int64(100 + i)

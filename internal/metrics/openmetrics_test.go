@@ -31,7 +31,7 @@ func TestScrapeFormatFollowsAccept(t *testing.T) {
 			wantType: "application/openmetrics-text; version=1.0.0; charset=utf-8",
 			wantBody: []string{
 				"# TYPE bucketd_decisions counter\n", // OpenMetrics names the family without _total
-				`bucketd_decisions_total{result="allowed"} 1000.0` + "\n",
+				`bucketd_decisions_total{policy="",result="allowed"} 1000.0` + "\n",
 				"# TYPE bucketd_buckets gauge\n",
 				`bucketd_command_duration_seconds_bucket{le="0.001"} 1` + "\n",
 			},
@@ -42,7 +42,7 @@ func TestScrapeFormatFollowsAccept(t *testing.T) {
 			wantType: "text/plain; version=0.0.4; charset=utf-8",
 			wantBody: []string{
 				"# TYPE bucketd_decisions_total counter\n",
-				`bucketd_decisions_total{result="allowed"} 1000` + "\n",
+				`bucketd_decisions_total{policy="",result="allowed"} 1000` + "\n",
 			},
 		},
 	} {

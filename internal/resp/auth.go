@@ -86,22 +86,3 @@ func isLoopbackAddr(a net.Addr) bool {
 	}
 	return false
 }
-
-// Policy is a named limit from the configuration file, used by
-// TB.ACQUIRE key POLICY name: the limit lives in one place instead of in
-// every caller. Prefix, when set, is put before the key, so that one key
-// name under two policies means two buckets.
-type Policy struct {
-	Capacity float64
-	Rate     float64 // tokens per second
-	Prefix   string
-}
-
-// SetPolicies replaces the named policies; in-flight commands finish with
-// the old set. Safe for concurrent use (reloads call it).
-func (s *Server) SetPolicies(p map[string]Policy) {
-	if p == nil {
-		p = map[string]Policy{}
-	}
-	s.policies.Store(&p)
-}

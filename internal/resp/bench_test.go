@@ -18,6 +18,10 @@ type inlineCaller struct {
 }
 
 func (c *inlineCaller) Add(op decide.Request) { c.ops = append(c.ops, op) }
+
+// AddAll answers each request of the group on its own: the inline caller
+// tests parsing and replies, not the all-or-nothing rule.
+func (c *inlineCaller) AddAll(reqs []decide.Request) { c.ops = append(c.ops, reqs...) }
 func (c *inlineCaller) Run() ([]decide.Answer, error) {
 	c.results = c.results[:0]
 	for _, op := range c.ops {

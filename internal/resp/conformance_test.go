@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/testkit"
 )
 
@@ -20,6 +19,12 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ f
 // its error forms, in an order whose replies are deterministic on a fresh
 // server with a fake clock. They run after HELLO 2 or HELLO 3, each group of
 // commands in one write (CLIENT CACHING applies to the next command only).
+// conformancePolicies are the policies of the conformance server: one of
+// one limit, one of two, a shadow one.
+const conformancePolicies = "policies:\n  api: {capacity: 5, rate: 1, prefix: \"api:\"}\n" +
+	"  llm:\n    limits: [{capacity: 2, rate: 1/second}, {capacity: 3, rate: 3/minute}]\n" +
+	"  trial: {capacity: 1, rate: 1, shadow: true}\n"
+
 var conformanceCommands = [][][]string{
 	{{"TB.ACQUIRE", "k", "10", "1"}},
 	{{"TB.ACQUIRE", "k", "10", "1", "2", "WITHINFO"}},
@@ -34,6 +39,28 @@ var conformanceCommands = [][][]string{
 	{{"TB.ACQUIRE", "k", "nan", "1"}},
 	{{"TB.ACQUIRE", "k", "10"}},
 	{{"TB.ACQUIRE", "k", "POLICY", "nosuch"}},
+	{{"TB.MACQUIRE", "2", "m1", "10", "1", "m2", "5", "1"}},
+	{{"TB.MACQUIRE", "2", "m1", "10", "1", "m2", "5", "1", "COST", "5", "WITHINFO"}},
+	{{"tb.macquire", "1", "m1", "10", "1", "withinfo", "cost", "2"}},
+	{{"TB.MACQUIRE", "2", "u", "POLICY", "llm", "m3", "10", "1", "WITHINFO"}},
+	{{"TB.MACQUIRE", "2", "s", "POLICY", "trial", "m3", "10", "1", "COST", "2", "WITHINFO"}},
+	{{"TB.MACQUIRE", "1", "m4", "10", "1", "COST", "0", "WITHINFO"}},
+	{{"TB.ACQUIRE", "u", "POLICY", "llm", "WITHINFO"}},
+	{{"TB.ACQUIRE", "u", "POLICY", "llm"}},
+	{{"TB.PEEK", "u", "POLICY", "llm"}},
+	{{"TB.ACQUIRE", "s", "POLICY", "trial", "1", "WITHINFO"}},
+	{{"TB.ACQUIRE", "s", "POLICY", "trial"}},
+	{{"TB.PEEK", "s", "POLICY", "trial"}},
+	{{"TB.MACQUIRE", "0", "k", "10", "1"}},
+	{{"TB.MACQUIRE", "x", "k", "10", "1"}},
+	{{"TB.MACQUIRE", "2", "k", "10", "1"}},
+	{{"TB.MACQUIRE", "2", "k", "10", "1", "k", "10", "1"}},
+	{{"TB.MACQUIRE", "2", "k", "10", "1", "j", "nan", "1"}},
+	{{"TB.MACQUIRE", "2", "k", "10", "1", "j", "POLICY", "nosuch"}},
+	{{"TB.MACQUIRE", "1", "k", "10", "1", "COST"}},
+	{{"TB.MACQUIRE", "1", "k", "10", "1", "COST", "-1"}},
+	{{"TB.MACQUIRE", "1", "k", "10", "1", "WITHINFO", "WITHINFO"}},
+	{{"TB.MACQUIRE", "1", "k", "10"}},
 	{{"PING"}},
 	{{"PING", "hello"}},
 	{{"ECHO", "x y"}},
@@ -87,6 +114,7 @@ var conformanceCommands = [][][]string{
 	{{"UNWATCH"}},
 	{{"MULTI"}, {"EXEC"}},
 	{{"MULTI"}, {"TB.ACQUIRE", "k", "10", "1"}, {"DISCARD"}},
+	{{"MULTI"}, {"TB.MACQUIRE", "2", "ta", "10", "1", "tb", "10", "1", "WITHINFO"}, {"TB.ACQUIRE", "ta", "10", "1", "1", "WITHINFO"}, {"EXEC"}},
 	{{"MULTI"}, {"TB.ACQUIRE", "k", "10", "1", "1", "WITHINFO"}, {"TB.ACQUIRE", "k", "nan", "1"}, {"PING"},
 		{"TB.PEEK", "k", "10", "1"}, {"CL.THROTTLE", "t", "1", "2", "60"}, {"TB.RESET", "nosuch"}, {"CONFIG", "GET", "save"},
 		{"INFO", "nosuch"}, {"COMMAND", "INFO", "nosuch"}, {"UNWATCH"}, {"EXEC"}},
@@ -148,7 +176,7 @@ func TestRESP3Conformance(t *testing.T) {
 // fresh server and returns the golden text of their replies.
 func conformanceReplies(t *testing.T, proto string) string {
 	ts := startServer(t, nil)
-	ts.Server.SetPolicies(map[string]resp.Policy{"api": {Capacity: 5, Rate: 1, Prefix: "api:"}})
+	ts.Server.SetPolicies(loadPolicies(t, conformancePolicies))
 	c := dial3(t, ts.Addr)
 	var b strings.Builder
 	b.WriteString("# Replies of every command in RESP" + proto + ", masked as TestRESP3Conformance says.\n")

@@ -62,6 +62,33 @@ var (
 	errNoReloadConfig   = &errorReply{"ERR CONFIG RELOAD needs a configuration file: start bucketd with --config", ErrInvalidArg}
 )
 
+// Replies to bad arguments of TB.MACQUIRE: those that concern one bucket
+// name it by its position, from 1, as written (policies.go, macquire.go).
+// Built once, so a bad request costs no allocation (but for an unknown
+// policy, whose name is quoted).
+var (
+	errNumBuckets     = &errorReply{"ERR invalid numbuckets: must be an integer from 1 to " + strconv.Itoa(maxGroup), ErrInvalidArg}
+	errTooManyBuckets = &errorReply{"ERR too many buckets: one call checks at most " + strconv.Itoa(maxGroup) +
+		" buckets, and the limits of the policies named make more: name fewer buckets or policies with fewer limits", ErrInvalidArg}
+	errMissingBucketAt    = positional("ERR bucket ", " is missing: give numbuckets times key capacity rate (or key POLICY name), then COST cost and WITHINFO if wanted")
+	errKeyTooLongAt       = positional("ERR key too long for bucket ", "")
+	errSameKeyAt          = positional("ERR bucket ", " repeats the key of an earlier bucket (keys a policy derives count): give each bucket a key of its own")
+	errInvalidCapacityAt  = positional("ERR invalid capacity for bucket ", ": must be a finite number > 0")
+	errCapacityTooLargeAt = positional("ERR invalid capacity for bucket ", ": must be at most 1e15")
+	errInvalidRateAt      = positional("ERR invalid rate for bucket ", ": must be a finite number > 0")
+	errRateTooLargeAt     = positional("ERR invalid rate for bucket ", ": must be at most 1e15")
+)
+
+// positional builds one reply per bucket position: before, the position
+// (1 to maxGroup), after.
+func positional(before, after string) *[maxGroup]*errorReply {
+	var r [maxGroup]*errorReply
+	for i := range r {
+		r[i] = &errorReply{before + strconv.Itoa(i+1) + after, ErrInvalidArg}
+	}
+	return &r
+}
+
 // Replies of CLIENT TRACKING and CLIENT CACHING, worded as Redis 7.2 words
 // them, except errRedirectElsewhere: Redis would send the invalidations to
 // that connection, which bucketd cannot do (see tracking.go).
@@ -178,6 +205,13 @@ func unrecognizedOption(opt []byte) *errorReply {
 
 func unknownPolicy(name []byte) *errorReply {
 	return &errorReply{"ERR unknown policy '" + truncate(name) + "': define it under policies: in the --config file", ErrInvalidArg}
+}
+
+// unknownPolicyAt is unknownPolicy for the bucket at position i (from 0)
+// of TB.MACQUIRE.
+func unknownPolicyAt(name []byte, i int) *errorReply {
+	return &errorReply{"ERR unknown policy '" + truncate(name) + "' for bucket " + strconv.Itoa(i+1) +
+		": define it under policies: in the --config file", ErrInvalidArg}
 }
 
 func reloadFailed(err error) *errorReply {

@@ -4,8 +4,17 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/bucketd/bucketd/internal/config"
 	"github.com/tidwall/redcon"
 )
+
+// fuzzPolicies are the policies of the fuzzed server: one limit with a
+// prefix, two limits, two limits in shadow.
+var fuzzPolicies = map[string]config.Policy{
+	"api":   {Limits: []config.Limit{{Name: "second", Capacity: 10, Rate: 1}}, Prefix: "api:"},
+	"llm":   {Limits: []config.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 0.01}}},
+	"trial": {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 1}, {Name: "day", Capacity: 2, Rate: 0.01}}, Shadow: true},
+}
 
 // FuzzCommandArgs sends arbitrary argument lists through the command
 // handler, in RESP2, in RESP3 and in RESP3 with tracking on: it must never
@@ -18,6 +27,8 @@ func FuzzCommandArgs(f *testing.F) {
 		"TB.RESET\x00a\x00b\x00a", "TB.ACQUIRE\x00k\x00nan\x001", "TB.ACQUIRE\x00k\x0010\x001\x00-0",
 		"PING\x00x", "CLIENT\x00SETNAME\x00a b", "HELLO\x003", "CONFIG\x00GET\x00*", "COMMAND\x00INFO\x00tb.peek",
 		"INFO\x00bucketd", "SELECT\x00-1", "nosuch\x00\r\n", "ECHO", "QUIT",
+		"TB.MACQUIRE\x002\x00a\x0010\x001\x00b\x005\x001\x00COST\x002\x00WITHINFO",
+		"tb.macquire\x001\x00a\x00policy\x00api\x00withinfo\x00cost\x000", "TB.MACQUIRE\x0017\x00a\x001\x001",
 	} {
 		f.Add([]byte(s))
 	}
@@ -28,6 +39,7 @@ func FuzzCommandArgs(f *testing.F) {
 		}
 		for _, conn := range []struct{ resp3, tracking bool }{{false, false}, {true, false}, {true, true}} {
 			srv, c := newBenchServer(t)
+			srv.SetPolicies(fuzzPolicies)
 			c.sess.resp3, c.sess.tracking.on = conn.resp3, conn.tracking
 			srv.handle(c, redcon.Command{Args: args})
 			if len(c.sess.caller.(*inlineCaller).ops) != 0 {
@@ -52,6 +64,7 @@ func FuzzCommandArgs(f *testing.F) {
 // the connection).
 func fuzzInTransaction(t *testing.T, args [][]byte, resp3, tracking bool) {
 	srv, c := newBenchServer(t)
+	srv.SetPolicies(fuzzPolicies)
 	c.sess.resp3, c.sess.tracking.on = resp3, tracking
 	c.rest = []redcon.Command{{Args: args}, {Args: [][]byte{[]byte("EXEC")}}}
 	srv.handle(c, redcon.Command{Args: [][]byte{[]byte("MULTI")}})

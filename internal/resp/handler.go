@@ -12,20 +12,29 @@ import (
 type planKind uint8
 
 const (
-	planAcquire     planKind = iota // one op; reply :1 or :0
-	planAcquireInfo                 // one op; reply the four WITHINFO integers
-	planPeek                        // one op; reply the four integers
-	planReset                       // n ops; reply the number removed
-	planThrottle                    // one op; reply CL.THROTTLE's five integers
-	planError                       // no op; reply err
+	planAcquire       planKind = iota // one op; reply :1 or :0
+	planAcquireInfo                   // one op; reply the four WITHINFO integers
+	planPeek                          // one op; reply the four integers
+	planReset                         // n ops; reply the number removed
+	planThrottle                      // one op; reply CL.THROTTLE's five integers
+	planError                         // no op; reply session.errs[arg]
+	planPolicyAcquire                 // a group of a policy's limits, or a shadow policy's op (policies.go)
+	planPolicyPeek                    // the peeks of a policy's limits, or of a shadow policy (policies.go)
+	planMAcquire                      // TB.MACQUIRE's groups (macquire.go)
 )
 
 // planned is one command of a pipeline waiting for its shard results.
+// It holds no pointer and stays small: a pipeline plans one per command.
 type planned struct {
 	kind planKind
-	push bool        // an invalidation follows the reply (tracking.go)
-	ops  int32       // requests queued for it
-	err  *errorReply // planError's reply
+	push bool // an invalidation follows the reply (tracking.go)
+	info bool // WITHINFO, for planPolicyAcquire and planMAcquire
+	ops  int32
+	// arg is what the kind needs besides: for planError its reply's index
+	// in session.errs; for planPolicyAcquire and planPolicyPeek the
+	// index, in the pipeline's policy set, of the policy named; for
+	// planMAcquire its first triple in session.mb.
+	arg int32
 }
 
 // handle is redcon's callback for the first command of a read. It takes the
@@ -54,8 +63,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		executed++
 	}
 	s.flushPlan(c, sess)
-	s.n.totalCmds.Add(int64(executed))
-	s.flushTally(&sess.tally)
+	s.flushTally(&sess.tally) // counts the commands executed, each under its name
 	if s.cfg.ObservePipeline != nil {
 		s.cfg.ObservePipeline(time.Since(start).Seconds(), executed)
 	}
@@ -108,18 +116,22 @@ func (s *Server) exec(c redcon.Conn, sess *session, args [][]byte) {
 
 // planError plans an error reply.
 func (sess *session) planError(e *errorReply) {
-	sess.plan = append(sess.plan, planned{kind: planError, err: e})
+	sess.plan = append(sess.plan, planned{kind: planError, arg: int32(len(sess.errs))})
+	sess.errs = append(sess.errs, e)
 }
 
 // planAcquire parses TB.ACQUIRE key capacity rate [cost] [WITHINFO]
-// (4 to 6 arguments).
+// (4 to 6 arguments), or TB.ACQUIRE key POLICY name [cost] [WITHINFO].
 func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
-	op, e := s.parseBucketArgs(sess, args)
+	if equalFold(args[2], "POLICY") {
+		return s.planPolicyAcquire(sess, args)
+	}
+	op, e := s.parseBucketArgs(args)
 	if e != nil {
 		return e
 	}
 	kind := planAcquire
-	rest := args[4:]
+	rest := args[4:] // acquireOptions's work, written out on this hot path
 	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
 		kind = planAcquireInfo
 		rest = rest[:len(rest)-1]
@@ -136,6 +148,20 @@ func (s *Server) planAcquire(sess *session, args [][]byte) *errorReply {
 	return nil
 }
 
+// acquireOptions parses what may follow TB.ACQUIRE's limits: [cost]
+// [WITHINFO], WITHINFO only last.
+func acquireOptions(rest [][]byte) (cost float64, info bool, _ *errorReply) {
+	if len(rest) > 0 && equalFold(rest[len(rest)-1], "WITHINFO") {
+		info = true
+		rest = rest[:len(rest)-1]
+	}
+	if len(rest) > 1 {
+		return 0, false, errSyntax
+	}
+	cost, e := optionalCost(rest)
+	return cost, info, e
+}
+
 // optionalCost parses the cost argument that may follow key capacity rate
 // (rest holds at most it): 1 when it is absent.
 func optionalCost(rest [][]byte) (float64, *errorReply) {
@@ -145,9 +171,13 @@ func optionalCost(rest [][]byte) (float64, *errorReply) {
 	return parseCost(rest[0])
 }
 
-// planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments).
+// planPeek parses TB.PEEK key capacity rate [cost] (4 or 5 arguments), or
+// TB.PEEK key POLICY name [cost].
 func (s *Server) planPeek(sess *session, args [][]byte) *errorReply {
-	op, e := s.parseBucketArgs(sess, args)
+	if equalFold(args[2], "POLICY") {
+		return s.planPolicyPeek(sess, args)
+	}
+	op, e := s.parseBucketArgs(args)
 	if e != nil {
 		return e
 	}
@@ -176,34 +206,13 @@ func (s *Server) planReset(sess *session, args [][]byte) *errorReply {
 	return nil
 }
 
-// parseBucketArgs checks key, capacity and rate (or POLICY name), the
-// arguments TB.ACQUIRE and TB.PEEK share. It returns an error reply, or nil
-// when all are valid.
-func (s *Server) parseBucketArgs(sess *session, args [][]byte) (decide.Request, *errorReply) {
-	var op decide.Request
-	op.Key = args[1]
+// parseBucketArgs checks key, capacity and rate, the arguments TB.ACQUIRE
+// and TB.PEEK share without POLICY. It returns an error reply, or nil when
+// all are valid.
+func (s *Server) parseBucketArgs(args [][]byte) (decide.Request, *errorReply) {
+	op := decide.Request{Key: args[1]}
 	if len(op.Key) > s.cfg.MaxKeyBytes {
 		return op, errKeyTooLong
-	}
-	if equalFold(args[2], "POLICY") {
-		p, ok := (*s.policies.Load())[string(args[3])] // no allocation for the lookup
-		if !ok {
-			return op, unknownPolicy(args[3])
-		}
-		if p.Prefix != "" {
-			// The prefixed key lives in the session's arena until the
-			// pipeline is answered; growing the arena leaves earlier keys
-			// pointing at the old array, which stays valid.
-			start := len(sess.keys)
-			sess.keys = append(sess.keys, p.Prefix...)
-			sess.keys = append(sess.keys, op.Key...)
-			op.Key = sess.keys[start:len(sess.keys):len(sess.keys)]
-			if len(op.Key) > s.cfg.MaxKeyBytes {
-				return op, errKeyTooLong
-			}
-		}
-		op.Limit = bucket.Limit{Capacity: p.Capacity, Rate: p.Rate}
-		return op, nil
 	}
 	capacity, e := parseParam(args[2], false, errInvalidCapacity, errCapacityTooLarge)
 	if e != nil {
@@ -235,11 +244,21 @@ func parseParam(b []byte, zeroOK bool, invalid, tooLarge *errorReply) (float64, 
 }
 
 // flushPlan sends the planned bucket operations to the shards and writes
-// every planned reply in order.
+// every planned reply in order. Then it lets go of the policy set the
+// answered commands planned with, adding its tally to the counters, so
+// that a command after it, and the next pipeline, see the policies in
+// force then.
 func (s *Server) flushPlan(c redcon.Conn, sess *session) {
-	if len(sess.plan) == 0 {
-		return
+	if len(sess.plan) != 0 {
+		sess.answerPlan(c)
 	}
+	if sess.pt.set != nil {
+		sess.releasePolicies()
+	}
+}
+
+// answerPlan runs the planned operations and writes every planned reply.
+func (sess *session) answerPlan(c redcon.Conn) {
 	answers, err := sess.caller.Run()
 	next := 0
 	for _, p := range sess.plan {
@@ -258,7 +277,7 @@ func (s *Server) flushPlan(c redcon.Conn, sess *session) {
 func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Answer, next *int, err error) bool {
 	switch {
 	case p.kind == planError:
-		sess.writeError(c, p.err)
+		sess.writeError(c, sess.errs[p.arg])
 		return false
 	case err != nil:
 		sess.writeError(c, errShuttingDown)
@@ -270,27 +289,34 @@ func (sess *session) writePlanned(c redcon.Conn, p planned, answers []decide.Ans
 		sess.writeError(c, e)
 		return false
 	}
-	writeAnswer(c, p.kind, rs)
+	sess.writeAnswer(c, p, rs)
 	return true
 }
 
 // endPlan empties the plan once its replies are written.
 func (sess *session) endPlan() {
-	clear(sess.plan) // drop dynamic error replies
 	sess.plan = sess.plan[:0]
+	clear(sess.errs) // drop dynamic error replies
+	sess.errs = sess.errs[:0]
 	sess.keys = sess.keys[:0]
+	sess.mb = sess.mb[:0]
 }
 
 // writeAnswer writes the reply of one planned bucket command from its
-// answers, which carry no error.
-func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
-	switch kind {
+// answers, which carry no error, and counts its decision.
+func (sess *session) writeAnswer(c redcon.Conn, p planned, rs []decide.Answer) {
+	switch p.kind {
 	case planAcquire:
 		c.WriteInt(boolInt(rs[0].Decision.Allowed))
-	case planAcquireInfo, planPeek:
+		sess.tally.decision(result(rs[0].Decision.Allowed))
+	case planAcquireInfo:
+		writeDecision(c, rs[0].Decision)
+		sess.tally.decision(result(rs[0].Decision.Allowed))
+	case planPeek:
 		writeDecision(c, rs[0].Decision)
 	case planThrottle:
 		writeThrottle(c, rs[0].Throttle)
+		sess.tally.decision(result(!rs[0].Throttle.Limited))
 	case planReset:
 		removed := 0
 		for _, r := range rs {
@@ -299,7 +325,21 @@ func writeAnswer(c redcon.Conn, kind planKind, rs []decide.Answer) {
 			}
 		}
 		c.WriteInt(removed)
+	case planPolicyAcquire:
+		sess.writePolicyAcquire(c, p, rs)
+	case planPolicyPeek:
+		sess.writePolicyPeek(c, p, rs)
+	case planMAcquire:
+		sess.writeMAcquire(c, p, rs)
 	}
+}
+
+// result is the result a decision is counted under.
+func result(allowed bool) int {
+	if allowed {
+		return resultAllowed
+	}
+	return resultDenied
 }
 
 // boolInt is 1 for true and 0 for false, as the replies show them.

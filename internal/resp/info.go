@@ -33,6 +33,7 @@ func (s *Server) info(requested [][]byte) []byte {
 		{"Memory", (*Server).infoMemory},
 		{"Stats", (*Server).infoStats},
 		{"Bucketd", (*Server).infoBucketd},
+		{"Policies", (*Server).infoPolicies},
 	} {
 		if wantSection(requested, sec.title) {
 			add(sec.build(s, st))
@@ -148,6 +149,23 @@ func (s *Server) infoBucketd(st decide.Stats) info.Section {
 		info.Int("shards", st.Shards),
 		info.Int("shard_queue_depth", st.QueueDepth),
 	}}
+}
+
+// infoPolicies shows the policies in force, in name order, with the
+// decisions counted under each since the start (a reload keeps the counts
+// of the policies it keeps): policy_<name>:limits=2,shadow=0,allowed=…
+func (s *Server) infoPolicies(decide.Stats) info.Section {
+	stats := s.policyStats()[1:] // [0]: explicit limits, which the # Bucketd totals cover
+	f := make([]info.Field, 0, 1+len(stats))
+	f = append(f, info.Int("policies", int64(len(stats))))
+	for _, p := range stats {
+		f = append(f, info.Text("policy_"+p.Name, "limits="+strconv.Itoa(p.Limits)+
+			",shadow="+strconv.Itoa(boolInt(p.Shadow))+
+			",allowed="+strconv.FormatInt(p.Allowed, 10)+
+			",denied="+strconv.FormatInt(p.Denied, 10)+
+			",shadow_denied="+strconv.FormatInt(p.ShadowDenied, 10)))
+	}
+	return info.Section{Title: "Policies", Fields: f}
 }
 
 // replicationSection starts the "# Replication" section with the fields

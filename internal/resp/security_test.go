@@ -101,10 +101,7 @@ func TestIdleTimeoutClosesQuietClients(t *testing.T) {
 
 func TestPolicies(t *testing.T) {
 	ts := startServer(t, nil)
-	ts.Server.SetPolicies(map[string]resp.Policy{
-		"api":  {Capacity: 10, Rate: 0.001},
-		"pref": {Capacity: 2, Rate: 0.001, Prefix: "p:"},
-	})
+	ts.Server.SetPolicies(loadPolicies(t, "policies:\n  api: {capacity: 10, rate: 0.001}\n  pref: {capacity: 2, rate: 0.001, prefix: \"p:\"}\n"))
 	c := ts.Client(t)
 	expect(t, c, ints(1, 9, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "WITHINFO")
 	expect(t, c, int64(1), "tb.acquire", "u", "policy", "api", "3")
@@ -114,7 +111,7 @@ func TestPolicies(t *testing.T) {
 	expect(t, c, int64(1), "TB.ACQUIRE", "u", "POLICY", "pref", "2")
 	expect(t, c, int64(0), "TB.ACQUIRE", "p:u", "2", "0.001")
 	// A reload that lowers the capacity clamps the bucket at its next use.
-	ts.Server.SetPolicies(map[string]resp.Policy{"api": {Capacity: 3, Rate: 0.001}})
+	ts.Server.SetPolicies(loadPolicies(t, "policies:\n  api: {capacity: 3, rate: 0.001}\n"))
 	expect(t, c, ints(1, 2, 0, 1000000), "TB.ACQUIRE", "u", "POLICY", "api", "1", "WITHINFO")
 }
 

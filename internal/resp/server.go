@@ -30,6 +30,15 @@ type Limiter interface {
 // one key take effect in the order they were added), and returns the
 // answers, valid until the next Run. A Caller is used by one goroutine.
 //
+// AddAll queues Acquire requests on distinct keys with one cost as one
+// all-or-nothing group (TB.MACQUIRE, a policy with several limits): either
+// every bucket holds the cost and each gives it, or no bucket changes.
+// Each request gets its bucket's answer (allowed: that bucket alone held
+// the cost); the group was allowed when every answer is. A group counts as
+// one decision in Stats. When the store cannot answer the group as one
+// (store mode on a Redis Cluster, keys in several hash slots) every
+// request gets decide.ErrCrossSlot. AddAll does not keep reqs.
+//
 // RunIsolated is Run for EXEC: it answers the queued requests as one unit,
 // so that no request of another Caller is answered between the first and
 // the last of them, whatever buckets they touch. When the store cannot
@@ -37,6 +46,7 @@ type Limiter interface {
 // hash slots) it answers none and returns decide.ErrCrossSlot.
 type Caller interface {
 	Add(r decide.Request)
+	AddAll(reqs []decide.Request)
 	Run() ([]decide.Answer, error)
 	RunIsolated() ([]decide.Answer, error)
 }
@@ -115,7 +125,8 @@ type Server struct {
 	nextClientID atomic.Int64
 	n            counters
 	password     passwordCheck
-	policies     atomic.Pointer[map[string]Policy]
+	policyMu     sync.Mutex // serialises SetPolicies; never on the request path
+	policies     atomic.Pointer[policySet]
 	txTooLong    *errorReply // the reply to a command beyond a transaction's bound
 }
 
@@ -238,13 +249,18 @@ type session struct {
 	guard  *guardConn
 	caller Caller
 	plan   []planned
+	errs   []*errorReply // the replies of this pipeline's planError commands
 	name   []byte
 	quit   bool
 	authed bool
 	tally  tally
-	keys   []byte      // prefixed keys of this pipeline's policy commands
-	tx     transaction // MULTI ... EXEC (transaction.go)
-	wire               // RESP version and client-side caching (reply.go)
+	pt     policyTally      // decisions under policies (policies.go)
+	keys   []byte           // keys derived for this pipeline's policy commands
+	reqs   []decide.Request // a group's requests while it is planned (macquire.go)
+	group  []decide.Request // TB.MACQUIRE's deciding group, when it has shadow triples
+	mb     []mbucket        // TB.MACQUIRE's buckets of this pipeline (macquire.go)
+	tx     transaction      // MULTI ... EXEC (transaction.go)
+	wire                    // RESP version and client-side caching (reply.go)
 }
 
 // accept is redcon's accept hook, called on the accept goroutine for each

@@ -14,6 +14,7 @@ type cmdID uint8
 const (
 	cmdUnknown cmdID = iota
 	cmdAcquire
+	cmdMAcquire
 	cmdPeek
 	cmdReset
 	cmdThrottle
@@ -70,7 +71,14 @@ type commandSpec struct {
 
 // keyRange says which arguments are keys, as COMMAND reports it: the first
 // and last key positions (-1: the last argument) and the step between keys.
-type keyRange struct{ first, last, step int }
+// With triples the keys are every third argument from the second,
+// numbuckets (the first) of them (TB.MACQUIRE); COMMAND then reports
+// 0 0 0, as Redis does for the keys of commands whose keys depend on their
+// arguments (flag movablekeys).
+type keyRange struct {
+	first, last, step int
+	triples           bool
+}
 
 // commandTable lists the commands in cmdID order, the bucket commands
 // first: lookup tries them first, and they are the hot path. It is built by
@@ -78,12 +86,13 @@ type keyRange struct{ first, last, step int }
 var commandTable []commandSpec
 
 func init() {
-	oneKey := keyRange{1, 1, 1}
+	oneKey := keyRange{first: 1, last: 1, step: 1}
 	txFlags := []string{"noscript", "loading", "stale", "fast", "allow_busy"} // Redis 7's
 	commandTable = []commandSpec{
 		{id: cmdAcquire, upper: "TB.ACQUIRE", arity: -4, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planAcquire},
+		{id: cmdMAcquire, upper: "TB.MACQUIRE", arity: -5, flags: []string{"write", "fast", "movablekeys"}, keys: keyRange{triples: true}, plan: (*Server).planMAcquire},
 		{id: cmdPeek, upper: "TB.PEEK", arity: -4, maxArgs: 5, flags: []string{"readonly", "fast"}, keys: oneKey, plan: (*Server).planPeek},
-		{id: cmdReset, upper: "TB.RESET", arity: -2, flags: []string{"write"}, keys: keyRange{1, -1, 1}, plan: (*Server).planReset},
+		{id: cmdReset, upper: "TB.RESET", arity: -2, flags: []string{"write"}, keys: keyRange{first: 1, last: -1, step: 1}, plan: (*Server).planReset},
 		{id: cmdThrottle, upper: "CL.THROTTLE", arity: -5, maxArgs: 6, flags: []string{"write", "fast"}, keys: oneKey, plan: (*Server).planThrottle},
 		{id: cmdPing, upper: "PING", arity: -1, maxArgs: 2, flags: []string{"fast", "stale"}, run: (*Server).cmdPing},
 		{id: cmdEcho, upper: "ECHO", arity: 2, flags: []string{"fast"}, run: (*Server).cmdEcho},
@@ -119,7 +128,7 @@ func init() {
 		{id: cmdMulti, upper: "MULTI", arity: 1, flags: txFlags, atOnce: true, run: (*Server).cmdMulti},
 		{id: cmdExec, upper: "EXEC", arity: 1, flags: []string{"noscript", "loading", "stale", "skip_slowlog"}, atOnce: true, run: (*Server).cmdExec},
 		{id: cmdDiscard, upper: "DISCARD", arity: 1, flags: txFlags, atOnce: true, run: (*Server).cmdDiscard},
-		{id: cmdWatch, upper: "WATCH", arity: -2, flags: txFlags, keys: keyRange{1, -1, 1}, atOnce: true, run: (*Server).cmdWatch},
+		{id: cmdWatch, upper: "WATCH", arity: -2, flags: txFlags, keys: keyRange{first: 1, last: -1, step: 1}, atOnce: true, run: (*Server).cmdWatch},
 		{id: cmdUnwatch, upper: "UNWATCH", arity: 1, flags: txFlags, run: (*Server).cmdUnwatch},
 	}
 	for i := range commandTable {

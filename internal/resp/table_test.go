@@ -44,6 +44,7 @@ func TestWrongArityForEveryCommand(t *testing.T) {
 	}{
 		{"tb.acquire", "TB.ACQUIRE k 10"},
 		{"tb.acquire", "tb.acquire k 10 1 1 WITHINFO x"},
+		{"tb.macquire", "TB.MACQUIRE 1 k 10"},
 		{"tb.peek", "TB.PEEK k 10"},
 		{"tb.peek", "TB.PEEK k 10 1 1 WITHINFO"},
 		{"tb.reset", "TB.RESET"},
@@ -135,7 +136,8 @@ type answerCaller struct {
 	runErr error
 }
 
-func (c *answerCaller) Add(decide.Request) { c.n++ }
+func (c *answerCaller) Add(decide.Request)           { c.n++ }
+func (c *answerCaller) AddAll(reqs []decide.Request) { c.n += len(reqs) }
 func (c *answerCaller) Run() ([]decide.Answer, error) {
 	a := make([]decide.Answer, c.n)
 	for i := range a {
@@ -253,13 +255,13 @@ func TestFixedErrorRepliesAllocateNothing(t *testing.T) {
 func TestCommandReplyUnchanged(t *testing.T) {
 	srv, c := newBenchServer(t)
 	reply, _ := errorDelta(t, srv, c, "COMMAND", "COUNT")
-	if reply != ":20\r\n" {
+	if reply != ":21\r\n" {
 		t.Errorf("COMMAND COUNT: %q", reply)
 	}
 	reply, _ = errorDelta(t, srv, c, "COMMAND", "LIST")
-	names := "tb.acquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth multi exec discard watch unwatch"
+	names := "tb.acquire tb.macquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth multi exec discard watch unwatch"
 	var want strings.Builder
-	fmt.Fprintf(&want, "*20\r\n")
+	fmt.Fprintf(&want, "*21\r\n")
 	for _, n := range strings.Fields(names) {
 		fmt.Fprintf(&want, "$%d\r\n%s\r\n", len(n), n)
 	}

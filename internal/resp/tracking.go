@@ -297,6 +297,10 @@ func (sess *session) trackKeys(kr keyRange, args [][]byte) bool {
 	if last < 0 {
 		last += len(args)
 	}
+	if kr.triples { // a planned TB.MACQUIRE: numbuckets is valid
+		n, _ := parseInt(args[1])
+		kr.first, last, kr.step = 2, 2+3*(int(n)-1), 3
+	}
 	n := 0
 	for i := kr.first; i <= last; i += kr.step {
 		if t.bcast && !t.matchesPrefix(args[i]) {

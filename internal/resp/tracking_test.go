@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/bucketd/bucketd/internal/resp"
 )
 
 // invalidate is the RESP3 push that tells a client to drop what it cached
@@ -50,7 +48,7 @@ func w(replies ...string) []string { return replies }
 // rueidis keeps a cache fill that an earlier invalidation raced.
 func TestTrackingPushesRightAfterEachBucketReply(t *testing.T) {
 	ts := startServer(t, nil)
-	ts.Server.SetPolicies(map[string]resp.Policy{"api": {Capacity: 5, Rate: 1, Prefix: "api:"}})
+	ts.Server.SetPolicies(loadPolicies(t, "policies:\n  api: {capacity: 5, rate: 1, prefix: \"api:\"}\n"))
 	c := dial3(t, ts.Addr)
 	runSteps(t, c,
 		st(w(hello3), "HELLO", "3"),
@@ -58,6 +56,8 @@ func TestTrackingPushesRightAfterEachBucketReply(t *testing.T) {
 		st(w("*4\r\n:1\r\n:9\r\n:0\r\n:1000\r\n", invalidate("k")), "TB.PEEK", "k", "10", "1"),
 		st(w(":1\r\n", invalidate("k")), "TB.ACQUIRE", "k", "10", "1"),
 		st(w(":1\r\n", invalidate("u")), "TB.ACQUIRE", "u", "POLICY", "api"),
+		// TB.MACQUIRE: the keys of its buckets, as sent, options aside.
+		st(w(":1\r\n", invalidate("m1", "u")), "TB.MACQUIRE", "2", "m1", "10", "1", "u", "POLICY", "api", "COST", "1"),
 		st(w("*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:30\r\n", invalidate("t")), "CL.THROTTLE", "t", "1", "2", "60"),
 		st(w(":2\r\n", invalidate("k", "x", "api:u")), "TB.RESET", "k", "x", "api:u"),
 		// An error reply carries no value to cache: no push.
