@@ -21,16 +21,6 @@ type batch struct {
 	ops     []op
 	answers []decide.Answer
 	done    chan *batch
-
-	// isolate says an all-or-nothing group added since the last Run
-	// spans shards: the Run must be a unit (RunIsolated).
-	isolate bool
-
-	// For RunIsolated, made on first use: one park task and one tally
-	// per shard, and the members of the group being answered.
-	parks   []park
-	tallies []tally
-	members []member
 }
 
 // Caller gathers one connection's requests, sends each shard involved a
