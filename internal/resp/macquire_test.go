@@ -74,7 +74,7 @@ func sixteen(extra ...any) []any {
 	return append(args, extra...)
 }
 
-// TestMAcquireAllOrNothing: the all-or-nothing rule and SPEC.md's rules per
+// TestMAcquireAllOrNothing: the all-or-nothing rule and docs/commands.md's rules per
 // bucket, through the protocol, on shards whose clock stands still unless a
 // step moves it. Every case starts on an empty server.
 func TestMAcquireAllOrNothing(t *testing.T) {
