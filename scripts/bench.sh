@@ -15,7 +15,7 @@
 # REPS repetitions) and the ratios bucketd/Redis, plus TB.ACQUIRE/PING for each server.
 # Progress goes to stderr, so `scripts/bench.sh > bench.md` keeps only the report.
 #
-# Method (see BENCHMARKING.md next to the reference script; 2-core shared machine):
+# Method (see docs/benchmarks.md; 2-core shared machine):
 #   - Within each repetition the contenders alternate: for every test Redis runs, then
 #     bucketd (R B R B ...). Figures are medians over REPS runs; the ratio column is
 #     median(bucketd rps) / median(Redis rps). Quote ratios, not absolute figures.

@@ -148,7 +148,7 @@ func TestPeekChangesNothingAndMatchesAcquire(t *testing.T) {
 	}
 }
 
-// TestFrequentPollingKeepsFractions is SPEC semantics 3: a key polled every
+// TestFrequentPollingKeepsFractions is docs/commands.md's refill rule: a key polled every
 // millisecond at rate 0.5/s still gets one token every two seconds.
 func TestFrequentPollingKeepsFractions(t *testing.T) {
 	l := Limit{Capacity: 1, Rate: 0.5}

@@ -29,7 +29,7 @@ func opsFromBytes(data []byte) (steps []int64, costs []float64) {
 //
 // A twin bucket is run beside it the way a shard runs buckets, deleting the
 // state whenever it is full again; while time has only moved forward, its
-// decisions must equal the kept bucket's (SPEC semantics 7: deleting a full
+// decisions must equal the kept bucket's (docs/commands.md, Expiry: deleting a full
 // bucket changes no future answer). Once time has gone backwards the twin is
 // no longer compared: a deleted bucket cannot remember a Last that lies in
 // the future, which bucketd's monotonic clock never produces.

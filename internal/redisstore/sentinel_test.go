@@ -39,7 +39,7 @@ type sentinelOp struct {
 // master, allow for the paused one), each within the timeout bound; then
 // Redis decides again, on the new master, where a key drains. The figures
 // (time to the first answer from the new master, answers by source,
-// slowest answer) are logged; docs/reliability.md quotes them.
+// slowest answer) are logged; docs/history.md quotes them.
 func TestSentinelFailover(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -33,7 +33,7 @@ var (
 // resumes on it by itself, re-sends the whole state (its run_id is new),
 // and the copy there equals memory. A bucketd started afterwards loads the
 // state through the Sentinels too. The figures (failover, first write on
-// the new master, full copy) are logged; docs/reliability.md quotes them.
+// the new master, full copy) are logged; docs/history.md quotes them.
 func TestSentinelFailoverResumesReplication(t *testing.T) {
 	sen := redistest.StartSentinel(t, 3)
 	old := sen.Master()

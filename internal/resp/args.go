@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// maxParam is the largest capacity, rate or cost bucketd accepts (SPEC:
+// maxParam is the largest capacity, rate or cost bucketd accepts (docs/commands.md:
 // upper bound 1e15 inclusive). It keeps every figure well inside float64's
 // exact integer range.
 const maxParam = 1e15

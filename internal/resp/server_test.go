@@ -391,7 +391,7 @@ func TestBurstAllowsExactlyCapacity(t *testing.T) {
 	})
 }
 
-// TestHalfTokenPerSecondPolledOften is SPEC semantics 3 over the network: a
+// TestHalfTokenPerSecondPolledOften is docs/commands.md's refill rule over the network: a
 // key polled every few milliseconds at rate 0.5/s gets one token every two
 // seconds, never starved by rounding. 4.5 s of the shards' clock, polled
 // every 4 ms of it.
@@ -540,7 +540,7 @@ func TestShutdownAnswersWhatIsInFlight(t *testing.T) {
 	t.Logf("%d of %d pipelined commands were in flight and answered", got, n)
 }
 
-// TestFullBucketsExpire is SPEC semantics 7 end to end: buckets that have
+// TestFullBucketsExpire is docs/commands.md's Expiry end to end: buckets that have
 // refilled are deleted by the sweeper, DBSIZE follows, and the answers for
 // the same parameters do not change.
 func TestFullBucketsExpire(t *testing.T) {

@@ -100,7 +100,7 @@ func TestSameKeyInOneBatchIsSequential(t *testing.T) {
 	}
 }
 
-// TestConcurrentAcquiresNeverOverGrant is SPEC semantics 6 at the shard
+// TestConcurrentAcquiresNeverOverGrant is docs/commands.md's Atomicity at the shard
 // level: 2 × capacity acquires on one key from many goroutines at one
 // instant allow exactly capacity.
 func TestConcurrentAcquiresNeverOverGrant(t *testing.T) {
