@@ -119,7 +119,7 @@ func checkSettings(t *testing.T, tables []*docTable, help []helpFlag) {
 			rows[name] = append(rows[name], tb.where(r))
 			f, ok := findFlag(help, name)
 			if !ok {
-				t.Errorf("%s: %s is not a flag of bucketd --help", tb.where(r), name)
+				t.Errorf("%s: %s is not a flag of bucketd --help: remove the row, or fix its name", tb.where(r), name)
 				continue
 			}
 			if f.env == "" { // not a setting: only a flag
@@ -235,7 +235,7 @@ func checkLogs(t *testing.T, tables []*docTable, code []logLine) {
 	for k, at := range codeAt {
 		switch w := seen[k]; len(w) {
 		case 0:
-			t.Errorf("%s %q (%s) has no row in the log table", k.level, k.msg, at)
+			t.Errorf("%s %q (%s) has no row in the log table (%s): add one", k.level, k.msg, at, where0(tables))
 		case 1:
 		default:
 			t.Errorf("%s %q is documented %d times: %s", k.level, k.msg, len(w), strings.Join(w, ", "))
@@ -336,6 +336,15 @@ func checkCopies(t *testing.T, tables []*docTable, byKind map[string][]*docTable
 			}
 		}
 	}
+}
+
+// where0 names the file of the first of tables, for a message that asks
+// for a row.
+func where0(tables []*docTable) string {
+	if len(tables) == 0 {
+		return "none yet"
+	}
+	return tables[0].file
 }
 
 // markerOf is the marker a table of each kind starts with.
@@ -534,7 +543,7 @@ func checkMetrics(t *testing.T, tables []*docTable, runs []modeRun) {
 	for name, ds := range docs {
 		switch {
 		case !exported[name]:
-			t.Errorf("%s: %s is documented, but no run (memory with --data-dir, replicate, store) exports it", ds[0].where, name)
+			t.Errorf("%s: %s is documented, but no run (memory with --data-dir, replicate, store) exports it: remove the row, or fix its name", ds[0].where, name)
 		case len(ds) > 1:
 			var w []string
 			for _, d := range ds {
@@ -546,7 +555,7 @@ func checkMetrics(t *testing.T, tables []*docTable, runs []modeRun) {
 	t.Logf("%d metric families exported, %d rows", len(exported), len(docs))
 	for name := range exported {
 		if len(docs[name]) == 0 {
-			t.Errorf("%s is exported but has no row in a metrics table", name)
+			t.Errorf("%s is exported but has no row in a metrics table (%s): add one", name, where0(tables))
 		}
 	}
 }
@@ -597,9 +606,9 @@ func checkInfo(t *testing.T, tables []*docTable, runs []modeRun) {
 		t.Fatal("no INFO tables (<!-- table: info Section -->)")
 	}
 	type docField struct {
-		where string
-		re    *regexp.Regexp
-		used  bool
+		where, name string
+		re          *regexp.Regexp
+		used        bool
 	}
 	sections := map[string][]*docField{}
 	for _, tb := range tables {
@@ -619,16 +628,23 @@ func checkInfo(t *testing.T, tables []*docTable, runs []modeRun) {
 			// policy_<name>: the part in angle brackets stands for any text.
 			pat := regexp.QuoteMeta(name)
 			pat = regexp.MustCompile(`<[a-z_]+>`).ReplaceAllString(pat, `.+`)
-			sections[tb.arg] = append(sections[tb.arg], &docField{where: tb.where(r), re: regexp.MustCompile("^" + pat + "$")})
+			sections[tb.arg] = append(sections[tb.arg], &docField{where: tb.where(r), name: name, re: regexp.MustCompile("^" + pat + "$")})
 		}
 	}
 	home := tables[0].file
 	seen := 0
+	reported := map[string]bool{} // a field in several modes: one error
+	errorf := func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !reported[msg] {
+			reported[msg] = true
+			t.Error(msg)
+		}
+	}
 	for _, run := range runs {
 		for section, fields := range run.info {
 			docFields, ok := sections[section]
 			if !ok {
-				t.Errorf("INFO's # %s (%s mode) has no table: add one to %s, marked <!-- table: info %s -->", section, run.mode, home, section)
+				errorf("INFO's # %s has no table: add one to %s, marked <!-- table: info %s -->", section, home, section)
 				continue
 			}
 			seen += len(fields)
@@ -642,10 +658,10 @@ func checkInfo(t *testing.T, tables []*docTable, runs []modeRun) {
 				}
 				switch len(hits) {
 				case 0:
-					t.Errorf("INFO # %s: %s (%s mode) has no row in %s: add one", section, f, run.mode, home)
+					errorf("INFO # %s: %s has no row in %s: add one", section, f, home)
 				case 1:
 				default:
-					t.Errorf("INFO # %s: %s is documented %d times: %s", section, f, len(hits), strings.Join(hits, ", "))
+					errorf("INFO # %s: %s is documented %d times: %s", section, f, len(hits), strings.Join(hits, ", "))
 				}
 			}
 		}
@@ -654,7 +670,7 @@ func checkInfo(t *testing.T, tables []*docTable, runs []modeRun) {
 	for section, fields := range sections {
 		for _, d := range fields {
 			if !d.used {
-				t.Errorf("%s: INFO # %s: no run (memory, replicate, store) has this field", d.where, section)
+				t.Errorf("%s: INFO # %s: no run (memory, replicate, store) prints %s: remove the row, or fix its name", d.where, section, d.name)
 			}
 		}
 	}
