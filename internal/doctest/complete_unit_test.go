@@ -131,4 +131,17 @@ func f(l *slog.Logger, m string) { l.Info(m) }
 	if _, err := scanLogs(root); err == nil || !strings.Contains(err.Error(), "internal/q/x.go:5") {
 		t.Errorf("a message the scanner cannot read: error %v, want one naming internal/q/x.go:5", err)
 	}
+
+	write("internal/q", `package q
+
+import (
+	"context"
+	"log/slog"
+)
+
+func f(l *slog.Logger) { l.Log(context.Background(), slog.LevelWarn, "hidden") }
+`)
+	if _, err := scanLogs(root); err == nil || !strings.Contains(err.Error(), "internal/q/x.go:8") {
+		t.Errorf("a Log call: error %v, want one naming internal/q/x.go:8", err)
+	}
 }

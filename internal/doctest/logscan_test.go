@@ -157,6 +157,10 @@ func (p *pkgScan) logCalls() ([]logLine, []string) {
 			if !ok {
 				return true
 			}
+			if leveledCall(call) {
+				problems = append(problems, fmt.Sprintf("%s: a Log or LogAttrs call, whose level the scanner cannot tell: log with Debug, Info, Warn or Error", p.pos(call)))
+				return true
+			}
 			level, at, ok := logCall(call)
 			if !ok {
 				return true
@@ -212,6 +216,14 @@ func logCall(call *ast.CallExpr) (level string, msgAt int, ok bool) {
 		return "", 0, false
 	}
 	return level, msgAt, true
+}
+
+// leveledCall reports whether call looks like slog's Log(ctx, level, msg,
+// …) or LogAttrs: a level given as a value would hide the message from
+// the log table's check. (ClientLimit.Log(logger) has one argument.)
+func leveledCall(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	return ok && (sel.Sel.Name == "Log" || sel.Sel.Name == "LogAttrs") && len(call.Args) >= 3
 }
 
 // maxDepth bounds how far strings follows a value back to where it is set.
