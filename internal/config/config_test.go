@@ -594,7 +594,7 @@ func TestHelp(t *testing.T) {
 			"--config file", "env BUCKETD_CONFIG, default none",
 			"The keys of the config file equal the flag\nnames",
 			"policies:", "flag, an\nenvironment variable", "SIGHUP",
-			"(2 x GOMAXPROCS)",
+			"(2 x GOMAXPROCS)", "\n  --version\n",
 		} {
 			if !strings.Contains(help, want) {
 				t.Errorf("%s: help lacks %q", arg, want)

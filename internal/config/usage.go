@@ -45,6 +45,12 @@ Flags:
 		}
 		entry(&b, s.name, s.arg, s.usage, envName(s.name), d)
 	}
+	// --version is handled before the settings are read (cmd/bucketd), so
+	// it is no setting: no environment variable, no file key, no default.
+	b.WriteString("  --version\n")
+	for _, line := range wrap("print the version (bucketd VERSION GOVERSION OS/ARCH) and exit; the other flags are ignored", 72) {
+		fmt.Fprintf(&b, "        %s\n", line)
+	}
 	b.WriteString("\nEnvironment: GOMAXPROCS sets the number of OS threads running Go code (default: all CPUs).\n")
 	fmt.Fprint(w, b.String())
 }

@@ -55,6 +55,13 @@
 // runs at most), since its figures may legitimately differ; a wrong doc
 // fails all three. docs/README.md ("How docs are
 // tested") explains the same for doc writers.
+//
+// TestDocsComplete (complete_test.go) checks the reference tables, marked
+// <!-- table: settings|metrics|info SECTION|log -->, against bucketd
+// --help, what running bucketds export and print in INFO, and the log
+// calls of the source (logscan_test.go), and fails on an unmarked copy of
+// one of them (tables_test.go parses the tables); docs/README.md ("The
+// reference tables") explains the markers.
 package doctest
 
 import (
