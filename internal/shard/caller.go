@@ -21,6 +21,12 @@ type batch struct {
 	ops     []op
 	answers []decide.Answer
 	done    chan *batch
+
+	// gate is set when the batch is one part of a unit (runGated): the
+	// shard waits for a signal on it, sent once every part is queued, and
+	// then decides at the unit's instant at. nil for a plain Run.
+	gate chan struct{}
+	at   int64
 }
 
 // Caller gathers one connection's requests, sends each shard involved a
@@ -45,6 +51,7 @@ type Caller struct {
 	parks   []park
 	tallies []tally
 	members []member
+	gates   []chan struct{} // for runGated, one per shard
 }
 
 // NewCaller returns a Caller bound to g.

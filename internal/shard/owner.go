@@ -107,8 +107,15 @@ func (t *tally) decided(allowed bool) {
 }
 
 // run answers every request of b in order at one instant and sends b back.
+// A part of a unit first waits until the unit has queued all its parts.
 func (b *batch) run(s *shard) {
-	now := s.clock()
+	var now int64
+	if b.gate == nil {
+		now = s.clock()
+	} else {
+		<-b.gate
+		now = b.at
+	}
 	if cap(b.answers) < len(b.ops) {
 		b.answers = make([]decide.Answer, len(b.ops))
 	}

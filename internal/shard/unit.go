@@ -7,21 +7,33 @@ import (
 )
 
 // A unit is one piece of work on several shards that no other request may
-// interleave with: the commands of a MULTI/EXEC transaction. It keeps the
-// single-writer rule by moving ownership instead of sharing it: each shard
-// the unit needs runs a park task, which hands the shard's table to the
-// unit's goroutine and blocks the shard's own goroutine until the unit
-// releases it. At every instant exactly one goroutine owns a shard's state,
-// and the channel hand-overs order every access, so no lock guards bucket
-// state. A request on a parked shard simply waits in the shard's queue.
+// interleave with: the commands of a MULTI/EXEC transaction, a TB.MACQUIRE
+// whose buckets live on several shards. It keeps the single-writer rule in
+// one of two ways.
 //
-// Two units that need overlapping shards must not park them in opposite
-// orders, or each would hold a shard the other waits for. Group.unitMu
-// orders them: a unit queues all its park tasks while holding it, so the
-// park tasks of any two units stand in the same order in every shard's
-// queue. The mutex is held only while queueing, never while a unit runs,
-// and the single-shard path (Caller.Run) never touches it: a TB.ACQUIRE
-// outside a transaction pays nothing for units.
+// A unit of independent requests (a transaction) is gated (runGated): each
+// shard gets its part as a batch, as in a plain Run, but no part runs
+// before every part is queued, and all decide at one instant. Each shard's
+// queue is first in, first out, so a request that anyone sends after
+// seeing one part's effect is queued behind every other part and sees the
+// whole unit; one sent before the unit started is answered before every
+// part. The shards go on with their own goroutines; nothing is handed over.
+//
+// A unit with an all-or-nothing group across shards needs the buckets of
+// several shards at one time, so it parks them (parkShards): each shard
+// runs a park task, which hands the shard's table to the unit's goroutine
+// and blocks the shard's own goroutine until the unit releases it. At
+// every instant exactly one goroutine owns a shard's state, and the
+// channel hand-overs order every access, so no lock guards bucket state. A
+// request on a parked shard simply waits in the shard's queue.
+//
+// Two units that need overlapping shards must queue their parts in the
+// same order on every shard, or each could see the other half done (and
+// two parked units would hold a shard the other waits for). Group.units
+// orders them: a unit queues all its parts while holding it. The mutex is
+// held only while queueing, never while a unit runs, and the single-shard
+// path (Caller.Run) never touches it: a TB.ACQUIRE outside a unit pays
+// nothing for units but one test of its batch's gate.
 
 // park is the task that hands a shard to a unit. It is reused by its
 // Caller: parked and release have room for one signal each.
@@ -48,11 +60,56 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) {
 	if len(c.used) <= 1 {
 		return c.Run()
 	}
+	if !c.isolate {
+		return c.runGated()
+	}
 	parked, err := c.parkShards()
 	if err == nil {
 		c.runParked()
 	}
 	c.releaseShards(parked)
+	return c.finish(err)
+}
+
+// runGated answers a unit without groups across shards: one batch per
+// shard, all queued (under the units' mutex, so in the same order as any
+// other unit's parts) before a signal on each batch's gate lets them run at
+// the instant read once the last is queued. A bucket that an earlier
+// request touched at a later instant counts no time passing (see
+// bucket.State.TokensAt), as if the unit had run then.
+func (c *Caller) runGated() ([]decide.Answer, error) {
+	g := c.g
+	if c.gates == nil {
+		c.gates = make([]chan struct{}, len(g.shards))
+		for i := range c.gates {
+			c.gates[i] = make(chan struct{}, 1)
+		}
+	}
+	g.units.mu.Lock()
+	sent := 0
+	var err error
+	for _, i := range c.used {
+		c.batches[i].gate = c.gates[i]
+		if err = g.submit(i, &c.batches[i]); err != nil {
+			break
+		}
+		sent++
+	}
+	g.units.mu.Unlock()
+	now := g.clock()
+	for _, i := range c.used[:sent] {
+		c.batches[i].at = now
+		c.gates[i] <- struct{}{} // never blocks: room for one, taken by each run
+	}
+	for k := sent; k > 0; k-- {
+		if _, werr := g.wait(c.done); werr != nil {
+			err = werr
+			break
+		}
+	}
+	for _, i := range c.used {
+		c.batches[i].gate = nil
+	}
 	return c.finish(err)
 }
 

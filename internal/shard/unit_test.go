@@ -88,6 +88,66 @@ func TestRunIsolatedIsNeverSeenHalfDone(t *testing.T) {
 	}
 }
 
+// TestUnitIsSeenWholeByLaterRequests: writers spend one token from each of
+// several buckets on different shards in one unit; readers peek at the
+// buckets one plain call at a time, in order. A reader that saw a unit's
+// token gone from one bucket must see it gone from every bucket it reads
+// afterwards, so the counts it reads never go up along its reads. (A unit
+// whose parts could run before the last is queued fails this: a reader
+// sees the first shard's part, then the next shard without it.)
+func TestUnitIsSeenWholeByLaterRequests(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 8})
+	keys := keysOnDistinctShards(t, g, 4)
+	const writers, readers, rounds = 4, 4, 400
+	var wg sync.WaitGroup
+	var torn atomic.Int64
+	var writing atomic.Int64
+	writing.Store(writers)
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer writing.Add(-1)
+			c := g.NewCaller()
+			for range rounds {
+				for _, k := range keys {
+					c.Add(acquire(string(k), 1e9, 1e-9, 1))
+				}
+				if _, err := c.RunIsolated(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	reads := atomic.Int64{}
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := g.NewCaller()
+			for writing.Load() > 0 {
+				last := int64(1e9)
+				for _, k := range keys {
+					d := runOne(t, c, acquire(string(k), 1e9, 1e-9, 0)).Decision
+					if d.Remaining > last {
+						torn.Add(1)
+					}
+					last = d.Remaining
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := torn.Load(); n != 0 {
+		t.Fatalf("%d of %d rounds of reads saw a unit half done", n, reads.Load())
+	}
+	if reads.Load() == 0 {
+		t.Fatal("no reader finished a round while the writers ran")
+	}
+}
+
 // TestUnitsAndPlainCallsNeverDeadlock: many units over overlapping shards
 // in different orders, mixed with plain pipelines, all finish, and a
 // bucket shared by all of them never over-grants.
