@@ -16,7 +16,9 @@
 # and these figures: docs/architecture.md.
 #
 # Environment: REPS (4), SECONDS_EACH (3), RATES ("20000 100000"), KEYSPACE
-# (100000), BUCKETD_BIN (else a build of the work tree), BUCKETD_FLAGS.
+# (100000), BUCKETD_BIN (else a build of the work tree), BUCKETD_FLAGS, and
+# CALIBRATE=1 to give the "with transactions" side pipelines too: the ratios
+# then show what the method itself scatters on this machine.
 set -euo pipefail
 
 script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -24,6 +26,7 @@ repo_root=$(cd -- "$script_dir/.." && pwd -P)
 cd -- "$repo_root"
 
 REPS=${REPS:-4}
+CALIBRATE=${CALIBRATE:-0}
 SECONDS_EACH=${SECONDS_EACH:-3}
 RATES=${RATES:-20000 100000}
 KEYSPACE=${KEYSPACE:-100000}
@@ -69,7 +72,7 @@ rps() {
 # TB.ACQUIRE/s as MODE (tx or pipe) for a little longer than the client runs.
 beside() {
   local nb=(--pipeline 16)
-  [[ $1 == tx ]] && nb=(--tx 16)
+  [[ $1 == tx && $CALIBRATE != 1 ]] && nb=(--tx 16)
   "$load" --addr "127.0.0.1:$port" --keys "$KEYSPACE" --no-info --json --conns 8 "${nb[@]}" \
     --qps "$2" --duration "$((SECONDS_EACH + 2))s" >"$tmp/neighbour.json" 2>&1 &
   local np=$!
@@ -92,10 +95,13 @@ compare() {
   printf '| %s | median | | | **%s** |\n' "$name" "$(echo "$ratios" | median)"
 }
 
+tx_side=(--tx 16)
+[[ $CALIBRATE == 1 ]] && tx_side=(--pipeline 16)
 printf '## bench-tx: %s UTC, %s\n\n' "$(date -u '+%Y-%m-%d %H:%M')" "$("$BUCKETD_BIN" --version)"
+[[ $CALIBRATE == 1 ]] && printf 'CALIBRATE=1: both sides send pipelines.\n\n'
 printf '| test | repetition | with transactions | with pipelines | ratio |\n|---|---:|---:|---:|---:|\n'
 compare "tx16 vs pipe16 (TB.ACQUIRE/s)" \
-  "rps --conns 50 --tx 16 --duration ${SECONDS_EACH}s" \
+  "rps --conns 50 ${tx_side[*]} --duration ${SECONDS_EACH}s" \
   "rps --conns 50 --pipeline 16 --duration ${SECONDS_EACH}s"
 for rate in $RATES; do
   compare "client beside $rate/s (TB.ACQUIRE/s)" "beside tx $rate" "beside pipe $rate"
