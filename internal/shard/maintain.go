@@ -21,7 +21,7 @@ type call struct {
 }
 
 func (c *call) run(s *shard) {
-	c.fn(s, s.clock())
+	c.fn(s, s.tick())
 	close(c.done)
 }
 
@@ -327,7 +327,7 @@ type walk struct {
 func (w *walk) moving(s *shard, i int32) {
 	last := s.t.len() - 1
 	if int(i) < w.cursor && last >= w.cursor {
-		if e := &s.t.entries[last]; !e.full(s.clock()) {
+		if e := &s.t.entries[last]; !e.full(s.tick()) {
 			w.moved = append(w.moved, e.record(s.t.key(e), s.base))
 		}
 	}

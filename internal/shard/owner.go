@@ -48,6 +48,24 @@ type shard struct {
 	evicted    atomic.Int64
 
 	walk *walk // the snapshot walk in progress (maintain.go); nil when none
+
+	// last is the latest instant the shard has worked at. A gated unit's
+	// part (batch.run) decides at the unit's instant, read once for all
+	// its shards, but never before last: work queued ahead of the part may
+	// have run at a later reading, and a bucket it deleted then must not
+	// be recreated at an earlier instant (its refill would count twice).
+	last int64
+}
+
+// sweepTick is what the shard does on each tick of its sweep timer.
+func (s *shard) sweepTick() { s.sweep(s.tick()) }
+
+// tick reads the shard's clock and remembers the reading as its latest
+// instant. Every instant the shard works at comes from here or from a
+// unit (batch.run, runParked), which also moves last.
+func (s *shard) tick() int64 {
+	s.last = max(s.last, s.clock())
+	return s.last
 }
 
 func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
@@ -80,7 +98,7 @@ func (s *shard) run(closing <-chan struct{}, sweepEvery time.Duration) {
 		case t := <-s.queue:
 			t.run(s)
 		case <-tick.C:
-			s.sweep(s.clock())
+			s.sweepTick()
 		case <-closing:
 			for {
 				select {
@@ -111,10 +129,11 @@ func (t *tally) decided(allowed bool) {
 func (b *batch) run(s *shard) {
 	var now int64
 	if b.gate == nil {
-		now = s.clock()
+		now = s.tick()
 	} else {
 		<-b.gate
-		now = b.at
+		now = max(b.at, s.last)
+		s.last = now
 	}
 	if cap(b.answers) < len(b.ops) {
 		b.answers = make([]decide.Answer, len(b.ops))
@@ -268,7 +287,7 @@ func (s *shard) insert(hash uint64, key []byte, e entry) (int32, bool) {
 	}
 	s.live.Add(1)
 	if s.maxEntries > 0 && s.t.len() > s.maxEntries {
-		at = s.evictOne(s.clock(), at)
+		at = s.evictOne(s.tick(), at)
 	}
 	return at, true
 }

@@ -55,7 +55,7 @@ type Group struct {
 	seed   maphash.Seed
 	clock  clock.Clock
 	base   clock.Base
-	units  units // orders the parking of shards by units (unit.go)
+	units  units // orders the queueing of units' parts (unit.go)
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close: shards drain their queues and stop

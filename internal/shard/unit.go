@@ -47,15 +47,16 @@ func (p *park) run(*shard) {
 	<-p.release
 }
 
-// units serialises the queueing of park tasks; see the comment above.
+// units serialises the queueing of units' parts (gated batches and park
+// tasks); see the comment above.
 type units struct{ mu sync.Mutex }
 
 // RunIsolated answers every request added since the last Run as one unit:
-// in the order they were added, at one instant, with every shard they
-// touch parked, so no other caller's request runs between them, on any
-// shard. The returned slice is valid until the next Run. Requests on a
-// single shard need no parking: that shard's goroutine already runs them
-// one after another, and they go there as a batch.
+// in the order they were added, at one instant, so that a request sent
+// after any of its answers is seen sees all of it (gated), or with every
+// shard parked when a group spans shards. The returned slice is valid
+// until the next Run. Requests on a single shard need neither: that
+// shard's goroutine already runs them one after another, as a batch.
 func (c *Caller) RunIsolated() ([]decide.Answer, error) {
 	if len(c.used) <= 1 {
 		return c.Run()
@@ -74,9 +75,9 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) {
 // runGated answers a unit without groups across shards: one batch per
 // shard, all queued (under the units' mutex, so in the same order as any
 // other unit's parts) before a signal on each batch's gate lets them run at
-// the instant read once the last is queued. A bucket that an earlier
-// request touched at a later instant counts no time passing (see
-// bucket.State.TokensAt), as if the unit had run then.
+// the instant read once the last is queued, or, on a shard that has
+// already worked at a later instant (work queued ahead of the part), at
+// that one: a shard's time never goes back (shard.last).
 func (c *Caller) runGated() ([]decide.Answer, error) {
 	g := c.g
 	if c.gates == nil {
@@ -99,7 +100,7 @@ func (c *Caller) runGated() ([]decide.Answer, error) {
 	now := g.clock()
 	for _, i := range c.used[:sent] {
 		c.batches[i].at = now
-		c.gates[i] <- struct{}{} // never blocks: room for one, taken by each run
+		c.gates[i] <- struct{}{} // room for one, taken by each run (while the group runs)
 	}
 	for k := sent; k > 0; k-- {
 		if _, werr := g.wait(c.done); werr != nil {
@@ -152,6 +153,10 @@ func (c *Caller) parkShards() (int, error) {
 func (c *Caller) runParked() {
 	now := c.g.clock()
 	for _, i := range c.used {
+		now = max(now, c.g.shards[i].last)
+	}
+	for _, i := range c.used {
+		c.g.shards[i].last = now
 		b := &c.batches[i]
 		if cap(b.answers) < len(b.ops) {
 			b.answers = make([]decide.Answer, len(b.ops))

@@ -1,0 +1,191 @@
+package shard
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/testkit"
+)
+
+// blocker holds its shard's goroutine until release is closed, then
+// optionally runs fn (e.g. what a sweep tick would do).
+type blocker struct {
+	running chan struct{}
+	release chan struct{}
+	fn      func(s *shard)
+}
+
+func (b *blocker) run(s *shard) {
+	close(b.running)
+	<-b.release
+	if b.fn != nil {
+		b.fn(s)
+	}
+}
+
+// hookedClock is the manual clock, plus a signal on every read when armed.
+type hookedClock struct {
+	clk   *testkit.Clock
+	armed atomic.Bool
+	read  chan int64
+}
+
+func (h *hookedClock) now() int64 {
+	v := h.clk.Now()
+	if h.armed.Load() {
+		select {
+		case h.read <- v:
+		default:
+		}
+	}
+	return v
+}
+
+func shardOfKey(g *Group, k []byte) int { return int(g.hashKey(k) & g.mask) }
+
+// TestUnitNeverDecidesBeforeItsShardsLastInstant: a sweep tick that runs
+// on shard A after a gated unit read its instant, but before A reached the
+// unit's part, deletes a bucket as full at a later instant than the
+// unit's. Decided at the unit's earlier instant, the part would recreate
+// the bucket stamped then, and the refill between the two instants would
+// be granted twice (found in review: 21 tokens from a bucket of 10 at 1/s
+// in 10.5 s). A shard never decides before an instant it already used.
+// The wait of up to 500 ms is for a unit that reads its instant later
+// (parking): real time, since the point is an interleaving.
+func TestUnitNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
+	clk := testkit.NewClock()
+	h := &hookedClock{clk: clk, read: make(chan int64, 1)}
+	g := New(Config{Shards: 2, SweepInterval: time.Hour, Clock: h.now, Base: clk.Base()})
+	defer g.Close()
+	keys := keysOnDistinctShards(t, g, 2)
+	kA, kB := keys[0], keys[1]
+	lim := bucket.Limit{Capacity: 10, Rate: 1} // 1 token/s
+	req := func(k []byte, cost float64) decide.Request {
+		return decide.Request{Kind: decide.Acquire, Key: k, Limit: lim, Cost: cost}
+	}
+	granted := 0.0
+	c := g.NewCaller()
+	if a := runOne(t, c, req(kA, 10)); a.Decision.Allowed { // t=0: drain
+		granted += 10
+	}
+	clk.Advance(9500 * time.Millisecond) // 9.5 tokens, not full
+
+	bl := &blocker{running: make(chan struct{}), release: make(chan struct{}),
+		fn: (*shard).sweepTick} // the tick that comes next
+	if err := g.submit(shardOfKey(g, kA), bl); err != nil {
+		t.Fatal(err)
+	}
+	<-bl.running
+	h.armed.Store(true)
+	u := g.NewCaller()
+	type res struct {
+		a   []decide.Answer
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		u.Add(req(kA, 10))
+		u.Add(req(kB, 1))
+		a, err := u.RunIsolated()
+		done <- res{append([]decide.Answer(nil), a...), err}
+	}()
+	var unitNow int64 = -1
+	select {
+	case unitNow = <-h.read: // the unit read its instant
+	case <-time.After(500 * time.Millisecond): // (parking: reads only once parked)
+	}
+	h.armed.Store(false)
+	clk.Advance(time.Second) // t = 10.5 s when the tick fires
+	close(bl.release)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("unit instant %d µs; unit's 10-token acquire on A allowed=%v", unitNow, r.a[0].Decision.Allowed)
+	if r.a[0].Decision.Allowed {
+		granted += 10
+	}
+	if a := runOne(t, c, req(kA, 1)); a.Decision.Allowed { // t = 10.5 s
+		granted++
+	}
+	// cap 10 + 10.5 s * 1/s = 20.5: at most 20 whole tokens by t = 10.5 s.
+	if granted > 20.5 {
+		t.Errorf("granted %v tokens from a bucket of 10 refilled at 1/s over 10.5 s (at most 20.5)", granted)
+	}
+}
+
+// TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant: the same with
+// no emulated sweep: another client's CL.THROTTLE of quantity 0, queued
+// before the unit, runs at a later clock reading, finds the GCRA expired
+// and deletes it; the unit's CL.THROTTLE must not then run at its earlier
+// instant on no state (found in review: 3 allowed in 1.5 s at burst 1,
+// 1/s).
+func TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
+	clk := testkit.NewClock()
+	h := &hookedClock{clk: clk, read: make(chan int64, 1)}
+	g := New(Config{Shards: 2, SweepInterval: time.Hour, Clock: h.now, Base: clk.Base()})
+	defer g.Close()
+	keys := keysOnDistinctShards(t, g, 2)
+	kA, kB := keys[0], keys[1]
+	q1, _ := bucket.NewGCRA(0, 1, 1, 1) // burst 1, 1 per second, quantity 1
+	q0, _ := bucket.NewGCRA(0, 1, 1, 0) // quantity 0: a look
+	thr := func(k []byte, q bucket.GCRA) decide.Request {
+		return decide.Request{Kind: decide.Throttle, Key: k, Quota: q}
+	}
+	allowed := 0
+	c := g.NewCaller()
+	if a := runOne(t, c, thr(kA, q1)); !a.Throttle.Limited { // t=0, TAT -> 1 s
+		allowed++
+	}
+	clk.Advance(500 * time.Millisecond)
+	bl := &blocker{running: make(chan struct{}), release: make(chan struct{})}
+	if err := g.submit(shardOfKey(g, kA), bl); err != nil {
+		t.Fatal(err)
+	}
+	<-bl.running
+	// W: another client's CL.THROTTLE quantity 0, queued before the unit.
+	wc := g.NewCaller()
+	wdone := make(chan decide.Answer, 1)
+	go func() { wc.Add(thr(kA, q0)); a, _ := wc.Run(); wdone <- a[0] }()
+	for len(g.shards[shardOfKey(g, kA)].queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.armed.Store(true)
+	u := g.NewCaller()
+	done := make(chan []decide.Answer, 1)
+	go func() {
+		u.Add(thr(kA, q1))
+		u.Add(thr(kB, q1))
+		a, err := u.RunIsolated()
+		if err != nil {
+			t.Error(err)
+		}
+		done <- append([]decide.Answer(nil), a...)
+	}()
+	var unitNow int64 = -1
+	select {
+	case unitNow = <-h.read:
+	case <-time.After(500 * time.Millisecond):
+	}
+	h.armed.Store(false)
+	clk.Advance(500 * time.Millisecond) // W runs at 1.0 s, after the unit's instant
+	// the shard reads the clock for W: let it through unhooked
+	close(bl.release)
+	<-wdone
+	ua := <-done
+	t.Logf("unit instant %d µs; unit's throttle limited=%v", unitNow, ua[0].Throttle.Limited)
+	if !ua[0].Throttle.Limited {
+		allowed++
+	}
+	clk.Advance(500 * time.Millisecond) // 1.5 s
+	if a := runOne(t, c, thr(kA, q1)); !a.Throttle.Limited {
+		allowed++
+	}
+	// burst 1 + 1/s: in [0, 1.5 s] at most 1 + floor(1.5) = 2.
+	if allowed > 2 {
+		t.Errorf("CL.THROTTLE (burst 1, 1/s) allowed %d times in 1.5 s (at most 2)", allowed)
+	}
+}
