@@ -107,17 +107,29 @@ func (c *Caller) AddAll(reqs []decide.Request) {
 // Requests on one key are answered in the order they were added. The
 // returned slice is valid until the next Run. On ErrClosed no answers are
 // returned.
+//
+// Batches for several shards are queued under the units' mutex, as a
+// unit's parts are (unit.go), so that a pipeline and a unit stand in the
+// same order on every shard: a pipeline sees a transaction or a group on
+// all its buckets or on none, as in Redis. A single-shard Run, the common
+// TB.ACQUIRE, takes no lock.
 func (c *Caller) Run() ([]decide.Answer, error) {
 	if c.isolate {
 		return c.RunIsolated()
 	}
 	var err error
 	sent := 0
+	if len(c.used) > 1 {
+		c.g.units.mu.Lock()
+	}
 	for _, i := range c.used {
 		if err = c.g.submit(i, &c.batches[i]); err != nil {
 			break
 		}
 		sent++
+	}
+	if len(c.used) > 1 {
+		c.g.units.mu.Unlock()
 	}
 	for ; sent > 0; sent-- {
 		if _, werr := c.g.wait(c.done); werr != nil {

@@ -30,10 +30,11 @@ import (
 // Two units that need overlapping shards must queue their parts in the
 // same order on every shard, or each could see the other half done (and
 // two parked units would hold a shard the other waits for). Group.units
-// orders them: a unit queues all its parts while holding it. The mutex is
-// held only while queueing, never while a unit runs, and the single-shard
-// path (Caller.Run) never touches it: a TB.ACQUIRE outside a unit pays
-// nothing for units but one test of its batch's gate.
+// orders them: a unit queues all its parts while holding it, and so does a
+// plain Run across shards, so that a pipeline, too, sees a unit on all its
+// buckets or on none. The mutex is held only while queueing, never while a
+// unit runs, and a single-shard Run never touches it: a TB.ACQUIRE outside
+// a unit pays nothing for units but one test of its batch's gate.
 
 // park is the task that hands a shard to a unit. It is reused by its
 // Caller: parked and release have room for one signal each.
@@ -47,8 +48,8 @@ func (p *park) run(*shard) {
 	<-p.release
 }
 
-// units serialises the queueing of units' parts (gated batches and park
-// tasks); see the comment above.
+// units serialises the queueing of batches across shards (units' gated
+// batches and park tasks, plain Runs on several shards); see above.
 type units struct{ mu sync.Mutex }
 
 // RunIsolated answers every request added since the last Run as one unit:

@@ -189,3 +189,77 @@ func TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
 		t.Errorf("CL.THROTTLE (burst 1, 1/s) allowed %d times in 1.5 s (at most 2)", allowed)
 	}
 }
+
+// idle is a task that does nothing: it only takes room in a queue.
+type idle struct{}
+
+func (idle) run(*shard) {}
+
+// TestPipelineNeverStraddlesAUnit: a plain pipeline that reads two buckets
+// on two shards while a unit takes from both must see the unit on both or
+// on neither, as in Redis, where EXEC runs between two commands of a
+// pipeline, never inside one. The unit has queued its part on A and waits
+// for room on C's full queue when the pipeline comes; if the pipeline
+// could queue then, its read of B would run before the unit's part on B
+// and its read of A after the unit's part on A.
+func TestPipelineNeverStraddlesAUnit(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 8, QueueDepth: 2, SweepInterval: time.Hour})
+	keys := keysOnDistinctShards(t, g, 3)
+	kA, kC, kB := keys[0], keys[1], keys[2]
+	const capacity = 1e9
+	holdA := &blocker{running: make(chan struct{}), release: make(chan struct{})}
+	holdC := &blocker{running: make(chan struct{}), release: make(chan struct{})}
+	for _, h := range []struct {
+		k []byte
+		b *blocker
+	}{{kA, holdA}, {kC, holdC}} {
+		if err := g.submit(shardOfKey(g, h.k), h.b); err != nil {
+			t.Fatal(err)
+		}
+		<-h.b.running
+	}
+	for range 2 { // C's queue is full: the unit will wait to queue its part there
+		if err := g.submit(shardOfKey(g, kC), idle{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queueA := g.shards[shardOfKey(g, kA)].queue
+	unitDone := make(chan error, 1)
+	go func() {
+		u := g.NewCaller()
+		for _, k := range [][]byte{kA, kC, kB} {
+			u.Add(acquire(string(k), capacity, 1e-9, 1))
+		}
+		_, err := u.RunIsolated()
+		unitDone <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, "the unit's part queued on A", func() bool { return len(queueA) == 1 })
+	pipeDone := make(chan []decide.Answer, 1)
+	go func() {
+		p := g.NewCaller()
+		p.Add(acquire(string(kA), capacity, 1e-9, 0))
+		p.Add(acquire(string(kB), capacity, 1e-9, 0))
+		res, err := p.Run()
+		if err != nil {
+			t.Error(err)
+		}
+		pipeDone <- append([]decide.Answer(nil), res...)
+	}()
+	// Give the pipeline real time to queue, if it can (the point is an
+	// interleaving): its read of A lands behind the unit's part.
+	for deadline := time.Now().Add(200 * time.Millisecond); len(queueA) < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(holdA.release)
+	close(holdC.release)
+	if err := <-unitDone; err != nil {
+		t.Fatal(err)
+	}
+	res := <-pipeDone
+	if len(res) != 2 {
+		t.Fatalf("pipeline answers %v", res)
+	}
+	if a, b := res[0].Decision.Remaining, res[1].Decision.Remaining; a != b {
+		t.Fatalf("one pipeline saw the unit half done: %d left on A, %d on B", a, b)
+	}
+}
