@@ -25,30 +25,16 @@ func (c *call) run(s *shard) {
 	close(c.done)
 }
 
-// on runs fn on shard i's goroutine, after every task queued before it,
+// on runs fn on shard i's goroutine, after every task posted before it,
 // and waits for it. What fn writes is visible to the caller afterwards.
+// A posted call always runs, even after Close (invariant 4).
 func (g *Group) on(i int, fn func(s *shard, now int64)) error {
 	c := &call{fn: fn, done: make(chan struct{})}
 	if err := g.submit(i, c); err != nil {
 		return err
 	}
-	select {
-	case <-c.done:
-		return nil
-	case <-g.stopped:
-		select {
-		case <-c.done: // ran just before the stop
-			return nil
-		default:
-			return ErrClosed
-		}
-	}
-}
-
-// shardOf returns the shard that owns key.
-func (g *Group) shardOf(key string) (int, uint64) {
-	h := maphash.String(g.seed, key)
-	return int(h & g.mask), h
+	<-c.done
+	return nil
 }
 
 // Restore stores the records (a snapshot's, or the Redis copy's) where
@@ -61,7 +47,7 @@ func (g *Group) shardOf(key string) (int, uint64) {
 func (g *Group) Restore(recs []Record) (int, error) {
 	byShard := make([][]int, len(g.shards))
 	for i := range recs {
-		s, _ := g.shardOf(recs[i].Key)
+		s, _ := g.routeString(recs[i].Key)
 		byShard[s] = append(byShard[s], i)
 	}
 	stored := 0
@@ -122,7 +108,7 @@ func (g *Group) Live(keys []string) ([]bool, error) {
 	hashes := make([]uint64, len(keys))
 	for i, k := range keys {
 		var s int
-		s, hashes[i] = g.shardOf(k)
+		s, hashes[i] = g.routeString(k)
 		byShard[s] = append(byShard[s], i)
 	}
 	for si, idx := range byShard {

@@ -18,7 +18,7 @@ type task interface{ run(s *shard) }
 // shard is one single-writer partition. Everything except the atomics and
 // the queue is owned by the goroutine running run.
 type shard struct {
-	queue chan task
+	queue *queue
 	clock clock.Clock
 	base  clock.Base
 
@@ -41,19 +41,16 @@ type shard struct {
 	pending  atomic.Int64
 	dropped  atomic.Int64
 
-	members []member // scratch for the groups of a batch
-
 	maxEntries int    // 0: no limit
 	rng        uint64 // xorshift state for eviction samples
 	evicted    atomic.Int64
 
 	walk *walk // the snapshot walk in progress (maintain.go); nil when none
 
-	// last is the latest instant the shard has worked at. A gated unit's
-	// part (batch.run) decides at the unit's instant, read once for all
-	// its shards, but never before last: work queued ahead of the part may
-	// have run at a later reading, and a bucket it deleted then must not
-	// be recreated at an earlier instant (its refill would count twice).
+	// last is the latest instant the shard has worked at: tick never
+	// returns an earlier one, so a bucket deleted at one instant is never
+	// recreated at an earlier one (its refill would count twice), whatever
+	// the clock does.
 	last int64
 }
 
@@ -61,8 +58,7 @@ type shard struct {
 func (s *shard) sweepTick() { s.sweep(s.tick()) }
 
 // tick reads the shard's clock and remembers the reading as its latest
-// instant. Every instant the shard works at comes from here or from a
-// unit (batch.run, runParked), which also moves last.
+// instant. Every instant the shard works at comes from here.
 func (s *shard) tick() int64 {
 	s.last = max(s.last, s.clock())
 	return s.last
@@ -70,7 +66,7 @@ func (s *shard) tick() int64 {
 
 func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 	s := &shard{
-		queue:    make(chan task, cfg.QueueDepth),
+		queue:    newQueue(),
 		clock:    cfg.Clock,
 		base:     cfg.Base,
 		t:        newTable(),
@@ -88,30 +84,45 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 	return s
 }
 
-// run is the shard's goroutine: run tasks as they come, sweep on every
-// tick, and on closing run what is still queued before returning.
-func (s *shard) run(closing <-chan struct{}, sweepEvery time.Duration) {
+// run is the shard's goroutine: run what is posted, all that waits at
+// once, and sweep on every tick, also between rounds of a busy queue.
+// Once the queue is closed and empty it frees the table and returns.
+func (s *shard) run(sweepEvery time.Duration) {
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
+	var spare []task
 	for {
-		select {
-		case t := <-s.queue:
+		tasks, closed := s.queue.take(spare)
+		if closed {
+			s.t.free() // nothing reads the table once run returns
+			return
+		}
+		if len(tasks) == 0 {
+			select {
+			case <-s.queue.wake:
+			case <-tick.C:
+				s.sweepTick()
+			}
+			continue
+		}
+		for _, t := range tasks {
 			t.run(s)
+		}
+		clear(tasks) // drop the references to answered batches
+		spare = tasks
+		if cap(spare) > maxSpareTasks {
+			spare = nil // a burst of connections is over: do not keep its list
+		}
+		select {
 		case <-tick.C:
 			s.sweepTick()
-		case <-closing:
-			for {
-				select {
-				case t := <-s.queue:
-					t.run(s)
-				default:
-					s.t.free() // nothing reads the table once run returns
-					return
-				}
-			}
+		default:
 		}
 	}
 }
+
+// maxSpareTasks is the longest task list a shard keeps for reuse.
+const maxSpareTasks = 4096
 
 // tally counts one batch's outcomes, added to the shard's atomics once.
 type tally struct{ allowed, denied, peeks, resets int64 }
@@ -124,33 +135,31 @@ func (t *tally) decided(allowed bool) {
 	}
 }
 
-// run answers every request of b in order at one instant and sends b back.
-// A part of a unit first waits until the unit has queued all its parts.
+// run answers every request of b in order, at one instant, and sends b
+// back. The members of an all-or-nothing group are answered together: by
+// this shard alone when the group lives here, or with a vote of every
+// shard the group spans (vote.go).
 func (b *batch) run(s *shard) {
-	var now int64
-	if b.gate == nil {
-		now = s.tick()
-	} else {
-		<-b.gate
-		now = max(b.at, s.last)
-		s.last = now
-	}
+	now := s.tick()
 	if cap(b.answers) < len(b.ops) {
 		b.answers = make([]decide.Answer, len(b.ops))
 	}
 	b.answers = b.answers[:len(b.ops)]
 	var n tally
 	for i := 0; i < len(b.ops); i++ {
-		if g := int(b.ops[i].group); g > 1 { // a group on this shard alone
-			s.members = s.members[:0]
-			for k := i; k < i+g; k++ {
-				s.members = append(s.members, member{s: s, o: &b.ops[k], a: &b.answers[k]})
-			}
-			acquireAll(s.members, now, &n)
-			i += g - 1
+		o := &b.ops[i]
+		if o.group == 0 {
+			b.answers[i] = s.answer(o, now, &n)
 			continue
 		}
-		b.answers[i] = s.answer(&b.ops[i], now, &n)
+		k := int(o.group)
+		ops, answers := b.ops[i:i+k], b.answers[i:i+k]
+		if o.vote == nil {
+			s.acquireAll(ops, answers, now, &n)
+		} else {
+			s.acquireVoted(ops, answers, o.vote, now, &n)
+		}
+		i += k - 1
 	}
 	s.count(n)
 	b.done <- b

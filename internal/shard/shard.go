@@ -1,9 +1,11 @@
 package shard
 
 import (
+	"bytes"
 	"errors"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,9 +18,6 @@ type Config struct {
 	// Shards is the number of shards, rounded up to a power of two.
 	// Default: 1; bucketd passes DefaultShards.
 	Shards int
-	// QueueDepth bounds each shard's queue of batches. When it is full, a
-	// caller waits: back-pressure instead of unbounded memory. Default 1024.
-	QueueDepth int
 	// SweepInterval is how often each shard examines a slice of its buckets
 	// for expiry. Default 10 ms.
 	SweepInterval time.Duration
@@ -55,20 +54,14 @@ type Group struct {
 	seed   maphash.Seed
 	clock  clock.Clock
 	base   clock.Base
-	units  units // orders the queueing of units' parts (unit.go)
 
 	closeOnce sync.Once
-	closing   chan struct{} // closed by Close: shards drain their queues and stop
-	stopped   chan struct{} // closed when every shard goroutine has returned
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // one per shard goroutine
 }
 
 // New starts the shards' goroutines. Call Close to stop them.
 func New(cfg Config) *Group {
 	n := 1 << bits.Len(uint(max(cfg.Shards, 1)-1))
-	if cfg.QueueDepth <= 0 {
-		cfg.QueueDepth = 1024
-	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Millisecond
 	}
@@ -79,71 +72,78 @@ func New(cfg Config) *Group {
 		cfg.Clock, cfg.Base = clock.Start()
 	}
 	g := &Group{
-		shards:  make([]*shard, n),
-		mask:    uint64(n - 1),
-		seed:    maphash.MakeSeed(),
-		clock:   cfg.Clock,
-		base:    cfg.Base,
-		closing: make(chan struct{}),
-		stopped: make(chan struct{}),
+		shards: make([]*shard, n),
+		mask:   uint64(n - 1),
+		seed:   maphash.MakeSeed(),
+		clock:  cfg.Clock,
+		base:   cfg.Base,
 	}
 	for i := range g.shards {
 		s := newShard(cfg, n, g.seed)
 		g.shards[i] = s
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			s.run(g.closing, cfg.SweepInterval)
-		}()
+		g.wg.Go(func() { s.run(cfg.SweepInterval) })
 	}
-	go func() {
-		g.wg.Wait()
-		close(g.stopped)
-	}()
 	return g
 }
 
 // Len returns the number of shards.
 func (g *Group) Len() int { return len(g.shards) }
 
-// hashKey returns key's hash: its low bits pick the shard, its high bits the
-// slot inside the shard's table.
-func (g *Group) hashKey(key []byte) uint64 { return maphash.Bytes(g.seed, key) }
-
-// submit hands t to shard i, waiting while that shard's queue is full. Once
-// the shards have stopped it returns ErrClosed; a task that slipped into a
-// queue during Close may never run, which is why callers wait with wait.
-func (g *Group) submit(i int, t task) error {
-	select {
-	case g.shards[i].queue <- t:
-		return nil
-	case <-g.stopped:
-		return ErrClosed
+// route returns where key lives: the shard, and the key's own hash, whose
+// high bits pick its slot in the shard's table. The shard comes from the
+// low bits of the hash of the key's hash tag when it has one (the part
+// between the first '{' and the next '}', when not empty, as Redis Cluster
+// defines it), so keys that share a tag share a shard, and of the key's own
+// hash otherwise. Hashing is seeded per process (hash/maphash), so clients
+// cannot aim untagged keys at one shard; tagged keys go where their tag
+// says, which is the point.
+func (g *Group) route(key []byte) (shard int, hash uint64) {
+	hash = maphash.Bytes(g.seed, key)
+	if tag, ok := hashTag(key); ok {
+		return int(maphash.Bytes(g.seed, tag) & g.mask), hash
 	}
+	return int(hash & g.mask), hash
 }
 
-// wait receives the next answered batch from done, or returns ErrClosed if
-// the shards stopped before answering.
-func (g *Group) wait(done chan *batch) (*batch, error) {
-	select {
-	case b := <-done:
-		return b, nil
-	case <-g.stopped:
-		select {
-		case b := <-done: // answered just before the stop
-			return b, nil
-		default:
-			return nil, ErrClosed
+// routeString is route for a key held as a string (maintenance).
+func (g *Group) routeString(key string) (shard int, hash uint64) {
+	hash = maphash.String(g.seed, key)
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return int(maphash.String(g.seed, key[i+1:i+1+j]) & g.mask), hash
 		}
 	}
+	return int(hash & g.mask), hash
 }
 
-// Close stops the shards after they have run every task already in their
-// queues, and waits for their goroutines to end. Later calls return
-// ErrClosed.
+// hashTag returns key's hash tag, as Redis Cluster finds it: the bytes
+// between the first '{' and the first '}' after it, if there are any.
+func hashTag(key []byte) ([]byte, bool) {
+	i := bytes.IndexByte(key, '{')
+	if i < 0 {
+		return nil, false
+	}
+	j := bytes.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return nil, false
+	}
+	return key[i+1 : i+1+j], true
+}
+
+// submit posts one task to shard i (maintenance, tests).
+func (g *Group) submit(i int, t task) error { return g.shards[i].queue.put(t) }
+
+// Close stops the shards after they have run every task already posted,
+// and waits for their goroutines to end. Every later call returns
+// ErrClosed; every call posted before is answered (invariant 4 of the
+// package doc).
 func (g *Group) Close() {
-	g.closeOnce.Do(func() { close(g.closing) })
-	<-g.stopped
+	g.closeOnce.Do(func() {
+		for _, s := range g.shards {
+			s.queue.close()
+		}
+	})
+	g.wg.Wait()
 }
 
 // Stats are totals over all shards, read from atomics without stopping them.
@@ -165,7 +165,7 @@ func (g *Group) Stats() Stats {
 		st.Peeks += s.peeks.Load()
 		st.Resets += s.resets.Load()
 		st.Expired += s.expired.Load()
-		st.QueueDepth += int64(len(s.queue))
+		st.QueueDepth += int64(s.queue.len())
 		st.ChangesPending += s.pending.Load()
 		st.ChangesDropped += s.dropped.Load()
 		st.Evicted += s.evicted.Load()
@@ -177,7 +177,7 @@ func (g *Group) Stats() Stats {
 // QueueDepths appends each shard's current queue length to dst.
 func (g *Group) QueueDepths(dst []int) []int {
 	for _, s := range g.shards {
-		dst = append(dst, len(s.queue))
+		dst = append(dst, s.queue.len())
 	}
 	return dst
 }

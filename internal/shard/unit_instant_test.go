@@ -44,17 +44,18 @@ func (h *hookedClock) now() int64 {
 	return v
 }
 
-func shardOfKey(g *Group, k []byte) int { return int(g.hashKey(k) & g.mask) }
+func shardOfKey(g *Group, k []byte) int { s, _ := g.route(k); return s }
 
 // TestUnitNeverDecidesBeforeItsShardsLastInstant: a sweep tick that runs
-// on shard A after a gated unit read its instant, but before A reached the
-// unit's part, deletes a bucket as full at a later instant than the
-// unit's. Decided at the unit's earlier instant, the part would recreate
-// the bucket stamped then, and the refill between the two instants would
-// be granted twice (found in review: 21 tokens from a bucket of 10 at 1/s
-// in 10.5 s). A shard never decides before an instant it already used.
-// The wait of up to 500 ms is for a unit that reads its instant later
-// (parking): real time, since the point is an interleaving.
+// on shard A after the clock was read for a unit (on its other shard), but
+// before A reached the unit's part, deletes a bucket as full at a later
+// instant than that reading. Decided at the earlier instant, the part
+// would recreate the bucket stamped then, and the refill between the two
+// instants would be granted twice (found in review of the gated design,
+// which decided every part at one reading: 21 tokens from a bucket of 10
+// at 1/s in 10.5 s). A shard never decides before an instant it already
+// used (invariant 3). The wait of up to 500 ms is for the clock reading:
+// real time, since the point is an interleaving.
 func TestUnitNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
 	clk := testkit.NewClock()
 	h := &hookedClock{clk: clk, read: make(chan int64, 1)}
@@ -94,8 +95,8 @@ func TestUnitNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
 	}()
 	var unitNow int64 = -1
 	select {
-	case unitNow = <-h.read: // the unit read its instant
-	case <-time.After(500 * time.Millisecond): // (parking: reads only once parked)
+	case unitNow = <-h.read: // the clock was read for the unit (on B)
+	case <-time.After(500 * time.Millisecond):
 	}
 	h.armed.Store(false)
 	clk.Advance(time.Second) // t = 10.5 s when the tick fires
@@ -150,7 +151,7 @@ func TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant(t *testing.T) {
 	wc := g.NewCaller()
 	wdone := make(chan decide.Answer, 1)
 	go func() { wc.Add(thr(kA, q0)); a, _ := wc.Run(); wdone <- a[0] }()
-	for len(g.shards[shardOfKey(g, kA)].queue) == 0 {
+	for g.shards[shardOfKey(g, kA)].queue.len() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	h.armed.Store(true)
@@ -198,12 +199,13 @@ func (idle) run(*shard) {}
 // TestPipelineNeverStraddlesAUnit: a plain pipeline that reads two buckets
 // on two shards while a unit takes from both must see the unit on both or
 // on neither, as in Redis, where EXEC runs between two commands of a
-// pipeline, never inside one. The unit has queued its part on A and waits
-// for room on C's full queue when the pipeline comes; if the pipeline
-// could queue then, its read of B would run before the unit's part on B
-// and its read of A after the unit's part on A.
+// pipeline, never inside one. A and C are busy when the unit comes, B is
+// not; if the pipeline could be queued between the unit's parts, its read
+// of B would run before the unit's part on B and its read of A after the
+// unit's part on A. (The earlier design, with queues of a fixed depth,
+// made the unit wait for room on C's full queue after queueing on A.)
 func TestPipelineNeverStraddlesAUnit(t *testing.T) {
-	g, _ := newTestGroup(t, Config{Shards: 8, QueueDepth: 2, SweepInterval: time.Hour})
+	g, _ := newTestGroup(t, Config{Shards: 8, SweepInterval: time.Hour})
 	keys := keysOnDistinctShards(t, g, 3)
 	kA, kC, kB := keys[0], keys[1], keys[2]
 	const capacity = 1e9
@@ -218,7 +220,7 @@ func TestPipelineNeverStraddlesAUnit(t *testing.T) {
 		}
 		<-h.b.running
 	}
-	for range 2 { // C's queue is full: the unit will wait to queue its part there
+	for range 2 { // work waiting on C
 		if err := g.submit(shardOfKey(g, kC), idle{}); err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +235,7 @@ func TestPipelineNeverStraddlesAUnit(t *testing.T) {
 		_, err := u.RunIsolated()
 		unitDone <- err
 	}()
-	testkit.Eventually(t, 5*time.Second, "the unit's part queued on A", func() bool { return len(queueA) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the unit's part queued on A", func() bool { return queueA.len() == 1 })
 	pipeDone := make(chan []decide.Answer, 1)
 	go func() {
 		p := g.NewCaller()
@@ -247,7 +249,7 @@ func TestPipelineNeverStraddlesAUnit(t *testing.T) {
 	}()
 	// Give the pipeline real time to queue, if it can (the point is an
 	// interleaving): its read of A lands behind the unit's part.
-	for deadline := time.Now().Add(200 * time.Millisecond); len(queueA) < 2 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(200 * time.Millisecond); queueA.len() < 2 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	close(holdA.release)

@@ -12,11 +12,11 @@ import (
 // keysOnDistinctShards returns n keys that live on n different shards.
 func keysOnDistinctShards(t *testing.T, g *Group, n int) [][]byte {
 	t.Helper()
-	seen := map[uint64]bool{}
+	seen := map[int]bool{}
 	var keys [][]byte
 	for i := 0; len(keys) < n; i++ {
 		k := []byte(fmt.Sprint("key-", i))
-		if s := g.hashKey(k) & g.mask; !seen[s] {
+		if s, _ := g.route(k); !seen[s] {
 			seen[s] = true
 			keys = append(keys, k)
 		}
@@ -152,7 +152,7 @@ func TestUnitIsSeenWholeByLaterRequests(t *testing.T) {
 // in different orders, mixed with plain pipelines, all finish, and a
 // bucket shared by all of them never over-grants.
 func TestUnitsAndPlainCallsNeverDeadlock(t *testing.T) {
-	g, _ := newTestGroup(t, Config{Shards: 8, QueueDepth: 4})
+	g, _ := newTestGroup(t, Config{Shards: 8})
 	keys := keysOnDistinctShards(t, g, 8)
 	const workers, rounds, capacity = 16, 200, 1000
 	var granted atomic.Int64
