@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/bucketd/bucketd/internal/decide"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -24,7 +26,7 @@ import (
 // at all. Exactly one of group and store is set.
 type buckets struct {
 	mode    string // "memory", "replicate" or "store", for the listening line
-	limiter resp.Limiter
+	limiter decide.Limiter
 
 	group  *shard.Group        // memory and replicate modes
 	keeper *snapshot.Keeper    // with --data-dir
@@ -52,7 +54,7 @@ func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 		groupCfg.TrackChanges = cfg.ReplicateQueue
 	}
 	b := &buckets{mode: "memory", group: shard.New(groupCfg)}
-	b.limiter = resp.Memory(b.group)
+	b.limiter = b.group.Limiter()
 	if cfg.DataDir != "" {
 		b.keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: b.group, Logger: logger}
 		if err := b.keeper.Restore(ctx, cfg.IgnoreCorruptSnapshot); err != nil {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -54,7 +56,7 @@ type Config struct {
 
 	// Policies maps a policy name to its limits; empty (not nil) when the
 	// file names none. Applies live on reload.
-	Policies map[string]Policy
+	Policies map[string]policy.Policy
 
 	// File is the config file read, from --config or BUCKETD_CONFIG; ""
 	// when there is none. A reload reads the same file.
@@ -101,7 +103,7 @@ func defaults(shards int) Config {
 		RedisTimeout:      50 * time.Millisecond,
 		OnRedisError:      "deny",
 		SnapshotInterval:  time.Minute,
-		Policies:          map[string]Policy{},
+		Policies:          map[string]policy.Policy{},
 		in:                inputs{defaultShards: shards},
 	}
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"bytes"
 	"errors"
 	"flag"
@@ -372,7 +374,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]Policy{
+	want := map[string]policy.Policy{
 		"api":          one(100, 10, ""),
 		"login-per-ip": one(5, 0.0166667, "login:"),
 		"big":          one(1e15, 1e15, ""),

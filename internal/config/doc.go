@@ -15,9 +15,8 @@
 //     say what to do, and never echo a password;
 //   - flags are parsed once, by Load, and kept in the Config: Reload re-reads
 //     the file and the environment, but a flag keeps winning;
-//   - a policy has 1 to MaxLimits limits with distinct names, and
-//     Policy.AppendKey names each limit's bucket so that the buckets of one
-//     call share a Redis Cluster hash slot.
+//   - a policy (internal/policy, the model this package decodes into) has
+//     1 to policy.MaxLimits limits with distinct names.
 //
 // A Config is a plain value, safe to copy and to read from many goroutines;
 // its Policies map and StoreCluster slice are shared between copies and must

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,8 +23,8 @@ type fileEntry struct {
 // fileValues is what the config file says, checked for its structure and
 // for unknown keys; the values themselves are checked by the settings.
 type fileValues struct {
-	values       []fileEntry       // in file order
-	policies     map[string]Policy // nil when the file has no policies key
+	values       []fileEntry              // in file order
+	policies     map[string]policy.Policy // nil when the file has no policies key
 	policiesLine int
 }
 

@@ -8,50 +8,12 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bucketd/bucketd/internal/policy"
 )
 
-// MaxLimits is the most limits one policy may list: a call checks all of a
-// policy's limits at once, and one call touches at most 16 buckets (the
-// bound of TB.MACQUIRE).
-const MaxLimits = 16
-
 // maxPolicyValue bounds capacity and rate, as the bucket math requires.
-const maxPolicyValue = 1e15
-
-// Policy is a named set of limits that TB.ACQUIRE … POLICY name uses instead
-// of explicit numbers. A Policy from Load has 1 to MaxLimits limits, whose
-// names differ.
-type Policy struct {
-	// Limits are checked together: a call is allowed only when every limit
-	// allows it. With one limit its bucket is named Prefix + key, as it
-	// always was; with several, each limit has a bucket of its own, named
-	// by AppendKey.
-	Limits []Limit
-	// Prefix, when not empty, is put in front of every key acquired with
-	// this policy, so one client key under two policies names two buckets.
-	Prefix string
-	// Shadow marks a policy being rolled out: its decisions are computed,
-	// counted and charged as usual, but the reply always says allowed, and
-	// what would have been denied is counted apart.
-	Shadow bool
-}
-
-// Limit is one token bucket of a policy.
-type Limit struct {
-	// Name tells the limit's bucket from its siblings' (see
-	// Policy.AppendKey): letters, digits, '-', '_' and '.'. It defaults to
-	// the unit the rate is written in (second, minute, hour or day; second
-	// for a plain number of tokens per second).
-	Name string
-	// Capacity is the most tokens the bucket holds (the burst), > 0 and
-	// <= 1e15.
-	Capacity float64
-	// Rate is the refill in tokens per second, > 0 and <= 1e15.
-	Rate float64
-}
-
-// Multi reports whether p has several limits, each in a bucket of its own.
-func (p Policy) Multi() bool { return len(p.Limits) > 1 }
+const maxPolicyValue = policy.MaxValue
 
 // The keys a policy's mapping and a limit's mapping may hold, in the order
 // the errors list them.
@@ -62,8 +24,8 @@ var (
 
 // decodePolicies decodes the value of the policies key: a mapping from
 // policy name to the policy's mapping (see decodePolicy).
-func decodePolicies(path string, n *yaml.Node) (map[string]Policy, error) {
-	policies := map[string]Policy{}
+func decodePolicies(path string, n *yaml.Node) (map[string]policy.Policy, error) {
+	policies := map[string]policy.Policy{}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return policies, nil
 	}
@@ -92,8 +54,8 @@ func decodePolicies(path string, n *yaml.Node) (map[string]Policy, error) {
 
 // decodePolicy decodes one policy: either capacity and rate (one limit), or
 // limits (a list of them), plus the optional prefix and shadow.
-func decodePolicy(path, name string, line int, n *yaml.Node) (Policy, error) {
-	var p Policy
+func decodePolicy(path, name string, line int, n *yaml.Node) (policy.Policy, error) {
+	var p policy.Policy
 	if n.Kind != yaml.MappingNode {
 		return p, fmt.Errorf("%s:%d: policy %q: give a mapping with capacity (tokens) and rate (tokens per second), or with limits",
 			path, line, name)
@@ -120,7 +82,7 @@ func decodePolicy(path, name string, line int, n *yaml.Node) (Policy, error) {
 	}
 	if f["limits"].value == nil {
 		l, err := decodeLimit(site, f["capacity"].value, f["rate"].value)
-		p.Limits = []Limit{l}
+		p.Limits = []policy.Limit{l}
 		return p, err
 	}
 	if err := mixedForms(path, name, f); err != nil {
@@ -142,26 +104,26 @@ func mixedForms(path, name string, f map[string]field) error {
 	return nil
 }
 
-// decodeLimits decodes a policy's limits: a list of 1 to MaxLimits
+// decodeLimits decodes a policy's limits: a list of 1 to policy.MaxLimits
 // mappings with capacity and rate, and names that differ.
-func decodeLimits(path, policy string, f field) ([]Limit, error) {
+func decodeLimits(path, name string, f field) ([]policy.Limit, error) {
 	n := f.value
 	if n.Kind != yaml.SequenceNode {
 		return nil, fmt.Errorf("%s:%d: policies.%s.limits: give a list of limits, like "+
-			"[{capacity: 10, rate: 10/second}, {capacity: 1000, rate: 1000/day}]", path, n.Line, policy)
+			"[{capacity: 10, rate: 10/second}, {capacity: 1000, rate: 1000/day}]", path, n.Line, name)
 	}
 	switch {
 	case len(n.Content) == 0:
 		return nil, fmt.Errorf("%s:%d: policy %q: limits is empty: give at least one limit, like "+
-			"[{capacity: 10, rate: 10/second}]", path, f.key.Line, policy)
-	case len(n.Content) > MaxLimits:
+			"[{capacity: 10, rate: 10/second}]", path, f.key.Line, name)
+	case len(n.Content) > policy.MaxLimits:
 		return nil, fmt.Errorf("%s:%d: policy %q has %d limits: at most %d are allowed, as one call checks them all: "+
-			"drop or merge some, or split the policy", path, f.key.Line, policy, len(n.Content), MaxLimits)
+			"drop or merge some, or split the policy", path, f.key.Line, name, len(n.Content), policy.MaxLimits)
 	}
-	limits := make([]Limit, 0, len(n.Content))
+	limits := make([]policy.Limit, 0, len(n.Content))
 	for i, item := range n.Content {
 		item = resolve(item)
-		site := limitSite{path: path, policy: policy, index: i + 1, line: item.Line}
+		site := limitSite{path: path, policy: name, index: i + 1, line: item.Line}
 		if item.Kind != yaml.MappingNode {
 			return nil, fmt.Errorf("%s:%d: %s: give a mapping with capacity and rate, like {capacity: 10, rate: 10/second}",
 				path, item.Line, site)
@@ -171,7 +133,7 @@ func decodeLimits(path, policy string, f field) ([]Limit, error) {
 			return nil, err
 		}
 		if v := lf["name"].value; v != nil {
-			if v.Kind != yaml.ScalarNode || !validLimitName(v.Value) {
+			if v.Kind != yaml.ScalarNode || !policy.ValidLimitName(v.Value) {
 				return nil, site.valueErr(v, "name", "use letters, digits, '-', '_' and '.' (the name ends its buckets' keys)")
 			}
 			site.name = v.Value
@@ -190,7 +152,7 @@ func decodeLimits(path, policy string, f field) ([]Limit, error) {
 
 // uniqueName refuses a limit whose name is one of the earlier limits': the
 // two would share their buckets.
-func uniqueName(site limitSite, name string, earlier []Limit) error {
+func uniqueName(site limitSite, name string, earlier []policy.Limit) error {
 	for j, e := range earlier {
 		if e.Name != name {
 			continue
@@ -207,8 +169,8 @@ func uniqueName(site limitSite, name string, earlier []Limit) error {
 
 // decodeLimit builds one limit from its capacity and rate nodes (nil when
 // absent). A rate written N/unit gives the capacity N when it has none.
-func decodeLimit(site limitSite, capacity, rate *yaml.Node) (Limit, error) {
-	var l Limit
+func decodeLimit(site limitSite, capacity, rate *yaml.Node) (policy.Limit, error) {
+	var l policy.Limit
 	if capacity != nil {
 		x, err := policyNumber(capacity)
 		if err != nil {
@@ -377,22 +339,6 @@ func validPolicyName(name string) bool {
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] <= ' ' || name[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
-
-// validLimitName reports whether name is non-empty and made of letters,
-// digits, '-', '_' and '.': no braces, which would change the hash slot of
-// the limit's keys, and no ':', which separates the name from the key.
-func validLimitName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
 			return false
 		}
 	}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"fmt"
 	"io"
 	"maps"
@@ -11,12 +13,12 @@ import (
 )
 
 // one is a policy of one limit written with capacity and a plain rate.
-func one(capacity, rate float64, prefix string) Policy {
-	return Policy{Limits: []Limit{{Name: "second", Capacity: capacity, Rate: rate}}, Prefix: prefix}
+func one(capacity, rate float64, prefix string) policy.Policy {
+	return policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: capacity, Rate: rate}}, Prefix: prefix}
 }
 
 // loadPolicies loads a file of only policies and returns them.
-func loadPolicies(t *testing.T, yaml string) (map[string]Policy, error, string) {
+func loadPolicies(t *testing.T, yaml string) (map[string]policy.Policy, error, string) {
 	t.Helper()
 	file := writeFile(t, yaml)
 	c, err := Load([]string{"--config", file}, nil, io.Discard)
@@ -34,40 +36,40 @@ func limitsYAML(n int) string {
 }
 
 func TestPolicyForms(t *testing.T) {
-	sixteen := make([]Limit, 16)
+	sixteen := make([]policy.Limit, 16)
 	for i := range sixteen {
-		sixteen[i] = Limit{Name: fmt.Sprintf("l%d", i+1), Capacity: float64(i + 1), Rate: float64(i + 1)}
+		sixteen[i] = policy.Limit{Name: fmt.Sprintf("l%d", i+1), Capacity: float64(i + 1), Rate: float64(i + 1)}
 	}
 	cases := []struct {
 		name, policy string // policy: the YAML under "  p:"
-		want         Policy
+		want         policy.Policy
 	}{
 		{"plain rate", "{capacity: 100, rate: 10}", one(100, 10, "")},
-		{"per second", "{rate: 10/second}", Policy{Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}}}},
-		{"per minute", "{rate: 100/minute}", Policy{Limits: []Limit{{Name: "minute", Capacity: 100, Rate: 100.0 / 60}}}},
-		{"per hour", "{rate: 3600/hour}", Policy{Limits: []Limit{{Name: "hour", Capacity: 3600, Rate: 1}}}},
-		{"per day", "{rate: 1000/day}", Policy{Limits: []Limit{{Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
-		{"fraction", "{rate: 0.5/second}", Policy{Limits: []Limit{{Name: "second", Capacity: 0.5, Rate: 0.5}}}},
-		{"exponent", "{rate: 1e3/day}", Policy{Limits: []Limit{{Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
-		{"quoted", `{rate: "5/minute"}`, Policy{Limits: []Limit{{Name: "minute", Capacity: 5, Rate: 5.0 / 60}}}},
-		{"capacity given", "{capacity: 5, rate: 1/minute}", Policy{Limits: []Limit{{Name: "minute", Capacity: 5, Rate: 1.0 / 60}}}},
-		{"tiny rate", "{rate: 1e-300/day}", Policy{Limits: []Limit{{Name: "day", Capacity: 1e-300, Rate: 1e-300 / 86400}}}},
-		{"largest", "{rate: 1e15/second}", Policy{Limits: []Limit{{Name: "second", Capacity: 1e15, Rate: 1e15}}}},
+		{"per second", "{rate: 10/second}", policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}}}},
+		{"per minute", "{rate: 100/minute}", policy.Policy{Limits: []policy.Limit{{Name: "minute", Capacity: 100, Rate: 100.0 / 60}}}},
+		{"per hour", "{rate: 3600/hour}", policy.Policy{Limits: []policy.Limit{{Name: "hour", Capacity: 3600, Rate: 1}}}},
+		{"per day", "{rate: 1000/day}", policy.Policy{Limits: []policy.Limit{{Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
+		{"fraction", "{rate: 0.5/second}", policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 0.5, Rate: 0.5}}}},
+		{"exponent", "{rate: 1e3/day}", policy.Policy{Limits: []policy.Limit{{Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
+		{"quoted", `{rate: "5/minute"}`, policy.Policy{Limits: []policy.Limit{{Name: "minute", Capacity: 5, Rate: 5.0 / 60}}}},
+		{"capacity given", "{capacity: 5, rate: 1/minute}", policy.Policy{Limits: []policy.Limit{{Name: "minute", Capacity: 5, Rate: 1.0 / 60}}}},
+		{"tiny rate", "{rate: 1e-300/day}", policy.Policy{Limits: []policy.Limit{{Name: "day", Capacity: 1e-300, Rate: 1e-300 / 86400}}}},
+		{"largest", "{rate: 1e15/second}", policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 1e15, Rate: 1e15}}}},
 		{"large N, smaller capacity", "{capacity: 1e15, rate: 8.64e18/day}",
-			Policy{Limits: []Limit{{Name: "day", Capacity: 1e15, Rate: 8.64e18 / 86400}}}},
+			policy.Policy{Limits: []policy.Limit{{Name: "day", Capacity: 1e15, Rate: 8.64e18 / 86400}}}},
 		{"limits", "\n    limits: [{capacity: 10, rate: 10/second}, {capacity: 1000, rate: 1000/day}]",
-			Policy{Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
+			policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}}},
 		{"limits block style", "\n    limits:\n      - rate: 10/second\n      - name: daily\n        rate: 1000/day\n        capacity: 200",
-			Policy{Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "daily", Capacity: 200, Rate: 1000.0 / 86400}}}},
+			policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "daily", Capacity: 200, Rate: 1000.0 / 86400}}}},
 		{"limits plain rates", "\n    limits: [{name: burst, capacity: 10, rate: 5}, {capacity: 100, rate: 0.1}]",
-			Policy{Limits: []Limit{{Name: "burst", Capacity: 10, Rate: 5}, {Name: "second", Capacity: 100, Rate: 0.1}}}},
+			policy.Policy{Limits: []policy.Limit{{Name: "burst", Capacity: 10, Rate: 5}, {Name: "second", Capacity: 100, Rate: 0.1}}}},
 		{"one limit in a list", "\n    limits: [{name: Per_IP.v2-x, rate: 5/minute}]",
-			Policy{Limits: []Limit{{Name: "Per_IP.v2-x", Capacity: 5, Rate: 5.0 / 60}}}},
-		{"sixteen limits", limitsYAML(16)[len("policies:\n  p:"):], Policy{Limits: sixteen}},
+			policy.Policy{Limits: []policy.Limit{{Name: "Per_IP.v2-x", Capacity: 5, Rate: 5.0 / 60}}}},
+		{"sixteen limits", limitsYAML(16)[len("policies:\n  p:"):], policy.Policy{Limits: sixteen}},
 		{"prefix and shadow", "{prefix: 'llm:', shadow: true, limits: [{rate: 60/minute}, {rate: 1e4/day}]}",
-			Policy{Prefix: "llm:", Shadow: true, Limits: []Limit{{Name: "minute", Capacity: 60, Rate: 1}, {Name: "day", Capacity: 1e4, Rate: 1e4 / 86400}}}},
+			policy.Policy{Prefix: "llm:", Shadow: true, Limits: []policy.Limit{{Name: "minute", Capacity: 60, Rate: 1}, {Name: "day", Capacity: 1e4, Rate: 1e4 / 86400}}}},
 		{"shadow false", "{capacity: 1, rate: 1, shadow: false}", one(1, 1, "")},
-		{"shadow yes", "{capacity: 1, rate: 1, shadow: yes}", Policy{Shadow: true, Limits: one(1, 1, "").Limits}},
+		{"shadow yes", "{capacity: 1, rate: 1, shadow: yes}", policy.Policy{Shadow: true, Limits: one(1, 1, "").Limits}},
 		{"shadow 0", "{capacity: 1, rate: 1, shadow: 0}", one(1, 1, "")},
 	}
 	for _, tc := range cases {
@@ -96,7 +98,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "slow", Capacity: 1, Rate: 1}}}
+	want := policy.Policy{Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "slow", Capacity: 1, Rate: 1}}}
 	if !reflect.DeepEqual(got["b"], want) || len(got["a"].Limits) != 2 {
 		t.Errorf("got %+v", got)
 	}
@@ -231,7 +233,7 @@ func TestReloadMultiLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{Prefix: "llm:", Shadow: true, Limits: []Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 2000.0 / 86400}}}
+	want := policy.Policy{Prefix: "llm:", Shadow: true, Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 2000.0 / 86400}}}
 	if !reflect.DeepEqual(next.Policies["llm"], want) || !reflect.DeepEqual(next.Policies["api"], one(10, 1, "")) {
 		t.Errorf("after a good reload: %+v", next.Policies)
 	}
@@ -247,7 +249,7 @@ func TestDocPolicyExamples(t *testing.T) {
 	}
 	_, section, _ := strings.Cut(string(doc), "\n## Policies\n")
 	section, _, _ = strings.Cut(section, "\n## ")
-	all := map[string]Policy{}
+	all := map[string]policy.Policy{}
 	for _, block := range strings.Split(section, "```yaml\n")[1:] {
 		example, _, _ := strings.Cut(block, "```")
 		got, err, _ := loadPolicies(t, example)
@@ -256,13 +258,13 @@ func TestDocPolicyExamples(t *testing.T) {
 		}
 		maps.Copy(all, got)
 	}
-	want := map[string]Policy{
-		"api":          {Limits: []Limit{{Name: "minute", Capacity: 100, Rate: 100.0 / 60}}},
-		"login-per-ip": {Prefix: "login:", Limits: []Limit{{Name: "minute", Capacity: 5, Rate: 1.0 / 60}}},
+	want := map[string]policy.Policy{
+		"api":          {Limits: []policy.Limit{{Name: "minute", Capacity: 100, Rate: 100.0 / 60}}},
+		"login-per-ip": {Prefix: "login:", Limits: []policy.Limit{{Name: "minute", Capacity: 5, Rate: 1.0 / 60}}},
 		"search":       one(20, 2.5, ""),
-		"llm": {Shadow: true, Limits: []Limit{
+		"llm": {Shadow: true, Limits: []policy.Limit{
 			{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 1000.0 / 86400}}},
-		"llm-per-tenant": {Prefix: "tenant:", Limits: []Limit{
+		"llm-per-tenant": {Prefix: "tenant:", Limits: []policy.Limit{
 			{Name: "burst", Capacity: 5, Rate: 1}, {Name: "sustained", Capacity: 300, Rate: 300.0 / 3600}}},
 	}
 	if !reflect.DeepEqual(all, want) {

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/testkit"
@@ -35,14 +36,14 @@ func TestScrapeAfterCommands(t *testing.T) {
 	// a closure, read only once something scrapes.
 	var srv *resp.Server
 	m, err := New(reg, Sources{
-		Buckets:     resp.Memory(group).Stats,
+		Buckets:     group.Limiter().Stats,
 		QueueDepths: group.QueueDepths,
 		Server:      func() resp.ServerStats { return srv.Stats() },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := testserver.Serve(t, resp.Config{Limiter: resp.Memory(group), ObservePipeline: m.ObservePipeline})
+	front := testserver.Serve(t, resp.Config{Limiter: group.Limiter(), ObservePipeline: m.ObservePipeline})
 	srv = front.Server
 
 	rc := front.Client(t, func(o *redis.Options) { o.PoolSize, o.Protocol, o.DisableIdentity = 1, 2, true })
@@ -67,9 +68,9 @@ func TestScrapeAfterCommands(t *testing.T) {
 	// Per policy: api denies its second call; trial, a shadow policy,
 	// would deny its second, and says allowed; a TB.MACQUIRE of explicit
 	// numbers counts under policy "", and once under each policy it names.
-	srv.SetPolicies(map[string]config.Policy{
-		"api":   {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}},
-		"trial": {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}, Shadow: true},
+	srv.SetPolicies(map[string]policy.Policy{
+		"api":   {Limits: []policy.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}},
+		"trial": {Limits: []policy.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}, Shadow: true},
 	})
 	send("TB.ACQUIRE", "u", "POLICY", "api")
 	send("TB.ACQUIRE", "u", "POLICY", "api")

@@ -25,7 +25,7 @@ const namespace = "bucketd"
 // (store mode has no shards, memory mode no replication and no store).
 type Sources struct {
 	// Buckets returns the bucket store's counters, normally the Stats of
-	// the resp.Limiter in use.
+	// the decide.Limiter in use.
 	Buckets func() decide.Stats
 	// QueueDepths appends each shard's queue length to dst, normally
 	// (*shard.Group).QueueDepths. The index is the shard label.

@@ -3,7 +3,7 @@
 // TB.RESET through the token-bucket script (internal/bucket,
 // tokenbucket.lua), with Redis TIME as the clock, so that any number of
 // bucketd instances in front of one Redis share exact limits. A *Store is a
-// resp.Limiter.
+// decide.Limiter.
 //
 // Flow: every connection has a Caller. Caller.Run routes the connection's
 // operations to lanes, one lane per Redis server: the standalone Redis, or

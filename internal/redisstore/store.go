@@ -18,7 +18,6 @@ import (
 	"github.com/bucketd/bucketd/internal/ratelog"
 	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/redisurl"
-	"github.com/bucketd/bucketd/internal/resp"
 )
 
 // Defaults of Config.
@@ -80,7 +79,7 @@ func FailClosedDecision(timeout time.Duration) bucket.Decision {
 	return bucket.Decision{RetryAfterMs: max(ms, 1)}
 }
 
-// Store is the Redis store: a resp.Limiter whose decisions Redis makes. Safe
+// Store is the Redis store: a decide.Limiter whose decisions Redis makes. Safe
 // for concurrent use. Close stops its goroutines.
 type Store struct {
 	cfg     Config
@@ -126,7 +125,7 @@ type Store struct {
 	errLog ratelog.Gate
 }
 
-var _ resp.Limiter = (*Store)(nil)
+var _ decide.Limiter = (*Store)(nil)
 
 // New checks cfg, fills in defaults and starts the dispatcher, the workers
 // and the goroutine that refreshes the key count. It does not talk to Redis;
@@ -263,7 +262,7 @@ func (s *Store) LoadScript(ctx context.Context) error {
 }
 
 // NewCaller returns a Caller for one connection.
-func (s *Store) NewCaller() resp.Caller {
+func (s *Store) NewCaller() decide.Caller {
 	return &Caller{s: s, done: make(chan struct{}, 1)}
 }
 

@@ -1,6 +1,8 @@
 package resp_test
 
 import (
+	"github.com/bucketd/bucketd/internal/decide"
+
 	"bufio"
 	"context"
 	"crypto/tls"
@@ -229,9 +231,9 @@ func TestPlainSilentSocketsDelayNoClient(t *testing.T) {
 
 // newLimiter is the in-memory limiter of startServer, for servers the
 // tests build themselves.
-func newLimiter(t *testing.T) resp.Limiter {
+func newLimiter(t *testing.T) decide.Limiter {
 	t.Helper()
-	return resp.Memory(testserver.NewGroup(t, testkit.NewClock(), nil))
+	return testserver.NewGroup(t, testkit.NewClock(), nil).Limiter()
 }
 
 // readToEnd reads c until the server closes it, within promptly, and

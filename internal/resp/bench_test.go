@@ -38,9 +38,9 @@ func (c *inlineCaller) RunIsolated() ([]decide.Answer, error) { return c.Run() }
 
 type inlineLimiter struct{ caller *inlineCaller }
 
-func (l inlineLimiter) NewCaller() Caller   { return l.caller }
-func (l inlineLimiter) Stats() decide.Stats { return decide.Stats{Shards: 1} }
-func newInlineLimiter() inlineLimiter       { return inlineLimiter{&inlineCaller{}} }
+func (l inlineLimiter) NewCaller() decide.Caller { return l.caller }
+func (l inlineLimiter) Stats() decide.Stats      { return decide.Stats{Shards: 1} }
+func newInlineLimiter() inlineLimiter            { return inlineLimiter{&inlineCaller{}} }
 
 // bufConn is the part of redcon.Conn the handler uses, writing replies into
 // a reusable buffer the way redcon's own Writer does.

@@ -1,19 +1,20 @@
 package resp
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"bytes"
 	"testing"
 
-	"github.com/bucketd/bucketd/internal/config"
 	"github.com/tidwall/redcon"
 )
 
 // fuzzPolicies are the policies of the fuzzed server: one limit with a
 // prefix, two limits, two limits in shadow.
-var fuzzPolicies = map[string]config.Policy{
-	"api":   {Limits: []config.Limit{{Name: "second", Capacity: 10, Rate: 1}}, Prefix: "api:"},
-	"llm":   {Limits: []config.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 0.01}}},
-	"trial": {Limits: []config.Limit{{Name: "second", Capacity: 1, Rate: 1}, {Name: "day", Capacity: 2, Rate: 0.01}}, Shadow: true},
+var fuzzPolicies = map[string]policy.Policy{
+	"api":   {Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 1}}, Prefix: "api:"},
+	"llm":   {Limits: []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 0.01}}},
+	"trial": {Limits: []policy.Limit{{Name: "second", Capacity: 1, Rate: 1}, {Name: "day", Capacity: 2, Rate: 0.01}}, Shadow: true},
 }
 
 // FuzzCommandArgs sends arbitrary argument lists through the command

@@ -1,10 +1,11 @@
 package resp
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"bytes"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/tidwall/redcon"
 )
@@ -13,7 +14,7 @@ import (
 // [COST cost] [WITHINFO]: several buckets, one decision. Each of the
 // numbuckets triples names one bucket, key capacity rate, or a policy's,
 // key POLICY name, whose limits each add a bucket (on the keys
-// config.Policy.AppendKey derives). The buckets are one all-or-nothing
+// policy.Policy.AppendKey derives). The buckets are one all-or-nothing
 // group (Caller.AddAll): allowed, and each gives cost, only if every one
 // holds it; otherwise nothing changes. The store answers the group as one
 // unit across shards (or as one script call in store mode).
@@ -31,13 +32,13 @@ import (
 
 // maxGroup is the most buckets one call checks: TB.MACQUIRE's numbuckets,
 // and its buckets once policies are expanded. A policy's limits are
-// bounded alike (config.MaxLimits), so that TB.ACQUIRE with any policy
+// bounded alike (policy.MaxLimits), so that TB.ACQUIRE with any policy
 // fits.
 const maxGroup = 16
 
-// maxGroup and config.MaxLimits must be equal: a negative constant does not
+// maxGroup and policy.MaxLimits must be equal: a negative constant does not
 // convert to uint, so this fails to compile when they differ.
-const _ = uint(maxGroup-config.MaxLimits) + uint(config.MaxLimits-maxGroup)
+const _ = uint(maxGroup-policy.MaxLimits) + uint(policy.MaxLimits-maxGroup)
 
 // mbucket is one triple of a planned TB.MACQUIRE, whose answers are
 // answers[at:at+n] of the command's.

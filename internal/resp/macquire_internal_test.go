@@ -1,10 +1,11 @@
 package resp
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"bytes"
 	"testing"
 
-	"github.com/bucketd/bucketd/internal/config"
 	"github.com/tidwall/redcon"
 )
 
@@ -15,9 +16,9 @@ import (
 // policy included.
 func TestGroupsAllocateNothing(t *testing.T) {
 	srv, c := newBenchServer(t)
-	one := []config.Limit{{Name: "second", Capacity: 10, Rate: 1}}
-	two := []config.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 0.01}}
-	srv.SetPolicies(map[string]config.Policy{
+	one := []policy.Limit{{Name: "second", Capacity: 10, Rate: 1}}
+	two := []policy.Limit{{Name: "second", Capacity: 10, Rate: 10}, {Name: "day", Capacity: 1000, Rate: 0.01}}
+	srv.SetPolicies(map[string]policy.Policy{
 		"api":   {Limits: one, Prefix: "api:"},
 		"llm":   {Limits: two},
 		"trial": {Limits: two, Shadow: true},

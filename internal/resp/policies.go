@@ -1,12 +1,13 @@
 package resp
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"maps"
 	"slices"
 	"sync/atomic"
 
 	"github.com/bucketd/bucketd/internal/bucket"
-	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/tidwall/redcon"
 )
@@ -17,7 +18,7 @@ import (
 //
 // A policy with one limit keeps one bucket per client key (prefix + key);
 // one with several keeps a bucket per limit, under the keys
-// config.Policy.AppendKey derives, and a call checks them all as one
+// policy.Policy.AppendKey derives, and a call checks them all as one
 // all-or-nothing group (Caller.AddAll). A shadow policy's decisions are
 // computed and charged as usual, but its replies always say allowed.
 //
@@ -50,7 +51,7 @@ type policySet struct {
 // policyEntry is one policy of a set, with its counters.
 type policyEntry struct {
 	name string
-	config.Policy
+	policy.Policy
 	counts *policyCounts
 }
 
@@ -69,9 +70,9 @@ type policyTally struct {
 
 // SetPolicies replaces the named policies. Commands already planned finish
 // with the old set; a connection picks up the new one at its next pipeline
-// (see above). Every policy must have 1 to config.MaxLimits limits, as
+// (see above). Every policy must have 1 to policy.MaxLimits limits, as
 // config.Load makes them. Safe for concurrent use (reloads call it).
-func (s *Server) SetPolicies(p map[string]config.Policy) {
+func (s *Server) SetPolicies(p map[string]policy.Policy) {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
 	old := s.policies.Load()

@@ -1,6 +1,8 @@
 package resp_test
 
 import (
+	"github.com/bucketd/bucketd/internal/policy"
+
 	"io"
 	"os"
 	"path/filepath"
@@ -11,7 +13,7 @@ import (
 
 // loadPolicies reads policies from a config file holding yaml, as bucketd
 // reads them at start.
-func loadPolicies(t testing.TB, yaml string) map[string]config.Policy {
+func loadPolicies(t testing.TB, yaml string) map[string]policy.Policy {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "bucketd.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {

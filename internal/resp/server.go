@@ -12,56 +12,12 @@ import (
 
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/info"
-	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/tidwall/redcon"
 )
 
-// Limiter is what the protocol front needs from a bucket store, in the
-// terms of internal/decide: a Caller per connection, and the counters
-// INFO and DBSIZE report. The in-memory shards provide it through Memory;
-// the Redis store (internal/redisstore) implements it itself.
-type Limiter interface {
-	NewCaller() Caller
-	Stats() decide.Stats
-}
-
-// Caller runs one connection's bucket requests. Add queues a request; Run
-// answers every request queued since the last Run, in order (requests on
-// one key take effect in the order they were added), and returns the
-// answers, valid until the next Run. A Caller is used by one goroutine.
-//
-// AddAll queues Acquire requests on distinct keys with one cost as one
-// all-or-nothing group (TB.MACQUIRE, a policy with several limits): either
-// every bucket holds the cost and each gives it, or no bucket changes.
-// Each request gets its bucket's answer (allowed: that bucket alone held
-// the cost); the group was allowed when every answer is. A group counts as
-// one decision in Stats. When the store cannot answer the group as one
-// (store mode on a Redis Cluster, keys in several hash slots) every
-// request gets decide.ErrCrossSlot. AddAll does not keep reqs.
-//
-// RunIsolated is Run for EXEC: it answers the queued requests as one unit,
-// so that no request of another Caller is answered between the first and
-// the last of them, whatever buckets they touch. When the store cannot
-// answer them as one unit (store mode on a Redis Cluster, keys in several
-// hash slots) it answers none and returns decide.ErrCrossSlot.
-type Caller interface {
-	Add(r decide.Request)
-	AddAll(reqs []decide.Request)
-	Run() ([]decide.Answer, error)
-	RunIsolated() ([]decide.Answer, error)
-}
-
-// Memory serves the buckets from the in-memory shards of g.
-func Memory(g *shard.Group) Limiter { return memory{g} }
-
-type memory struct{ g *shard.Group }
-
-func (m memory) NewCaller() Caller   { return m.g.NewCaller() }
-func (m memory) Stats() decide.Stats { return m.g.Stats().Stats }
-
 // Config sets up a Server. Zero values pick the defaults in parentheses.
 type Config struct {
-	Limiter     Limiter
+	Limiter     decide.Limiter
 	MaxKeyBytes int // longest key accepted (1024)
 	Limits      Limits
 	// RequirePass, when set, makes clients AUTH before any other command
@@ -247,7 +203,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type session struct {
 	id     int64
 	guard  *guardConn
-	caller Caller
+	caller decide.Caller
 	plan   []planned
 	errs   []*errorReply // the replies of this pipeline's planError commands
 	name   []byte

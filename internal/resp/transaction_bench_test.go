@@ -14,7 +14,7 @@ import (
 func benchSixteen(b *testing.B, tx bool) {
 	g := shard.New(shard.Config{Shards: 4})
 	defer g.Close()
-	lim := Memory(g)
+	lim := g.Limiter()
 	srv, err := NewServer(Config{Limiter: lim})
 	if err != nil {
 		b.Fatal(err)

@@ -181,3 +181,11 @@ func (g *Group) QueueDepths(dst []int) []int {
 	}
 	return dst
 }
+
+// Limiter returns g as the protocol front sees a bucket store.
+func (g *Group) Limiter() decide.Limiter { return limiter{g} }
+
+type limiter struct{ g *Group }
+
+func (l limiter) NewCaller() decide.Caller { return l.g.NewCaller() }
+func (l limiter) Stats() decide.Stats      { return l.g.Stats().Stats }

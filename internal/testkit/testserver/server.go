@@ -53,7 +53,7 @@ func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	clk := testkit.NewClock()
 	g := NewGroup(t, clk, o.Shards)
-	cfg := resp.Config{Limiter: resp.Memory(g)}
+	cfg := resp.Config{Limiter: g.Limiter()}
 	if o.Server != nil {
 		o.Server(&cfg)
 	}

@@ -1,4 +1,4 @@
-package config
+package policy
 
 import (
 	"context"
@@ -169,4 +169,9 @@ func redisSlot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// one is a policy of one limit written with capacity and a plain rate.
+func one(capacity, rate float64, prefix string) Policy {
+	return Policy{Limits: []Limit{{Name: "second", Capacity: capacity, Rate: rate}}, Prefix: prefix}
 }
