@@ -15,6 +15,7 @@ import (
 	"github.com/bucketd/bucketd/internal/redisurl"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/redis/go-redis/v9"
@@ -166,8 +167,8 @@ func (b *buckets) info() []func() info.Section {
 // metricSources are the metrics of the parts that exist in this mode:
 // shard queues only with shards, replication only when replicating,
 // snapshots only with --data-dir, Redis failures only in store mode.
-func (b *buckets) metricSources(server func() resp.ServerStats) metrics.Sources {
-	src := metrics.Sources{Buckets: b.limiter.Stats, Server: server}
+func (b *buckets) metricSources(conns func() resp.Stats, cmds func() command.Stats) metrics.Sources {
+	src := metrics.Sources{Buckets: b.limiter.Stats, Connections: conns, Commands: cmds}
 	if b.group != nil {
 		src.QueueDepths = b.group.QueueDepths
 	}

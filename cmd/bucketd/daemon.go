@@ -15,6 +15,8 @@ import (
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/metrics"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
+	"github.com/bucketd/bucketd/internal/resp/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -30,7 +32,8 @@ type daemon struct {
 	logger *slog.Logger
 	b      *buckets
 	rl     *reloader
-	srv    *resp.Server
+	srv    *resp.Server    // connections
+	cmds   *command.Engine // commands
 	reg    *prometheus.Registry
 	tls    bool
 
@@ -40,10 +43,11 @@ type daemon struct {
 	bg      background
 }
 
-// newDaemon builds the registry and the protocol server over b.
+// newDaemon builds the registry and the protocol front over b: the
+// command layer, and the connection server that hands it its commands.
 func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader, logger *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, logger: logger, b: b, rl: rl, reg: prometheus.NewRegistry(), tls: tlsConf != nil}
-	m, err := metrics.New(d.reg, b.metricSources(func() resp.ServerStats { return d.srv.Stats() }))
+	m, err := metrics.New(d.reg, b.metricSources(func() resp.Stats { return d.srv.Stats() }, func() command.Stats { return d.cmds.Stats() }))
 	if err != nil {
 		return nil, err
 	}
@@ -55,28 +59,35 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 		return nil, err
 	}
 	clients.Log(logger)
-	serverCfg := resp.Config{
-		Limiter:         b.limiter,
-		MaxKeyBytes:     cfg.MaxKeyBytes,
-		Limits:          resp.Limits{MaxQueryBytes: cfg.MaxQueryBytes, MaxArgs: cfg.MaxArgs},
-		RequirePass:     cfg.RequirePass,
-		ProtectedMode:   cfg.ProtectedMode,
+	cmdCfg := command.Config{
+		Limiter:     b.limiter,
+		MaxKeyBytes: cfg.MaxKeyBytes,
+		RequirePass: cfg.RequirePass,
+		Info:        b.info(),
+		Logger:      logger,
+		Version:     version,
+	}
+	if cfg.File != "" {
+		cmdCfg.Reload = rl.reload
+	}
+	if d.cmds, err = command.New(cmdCfg); err != nil {
+		return nil, err
+	}
+	d.srv, err = resp.NewServer(resp.Config{
+		Handler:         d.cmds,
+		Limits:          wire.Limits{MaxQueryBytes: cfg.MaxQueryBytes, MaxArgs: cfg.MaxArgs},
+		ProtectedMode:   cfg.ProtectedMode && cfg.RequirePass == "", // Redis's protected mode holds while no password is set
 		MaxClients:      clients.MaxClients,
 		IdleTimeout:     cfg.IdleTimeout,
 		TLS:             tlsConf,
-		Info:            b.info(),
 		Logger:          logger,
-		Version:         version,
 		ObservePipeline: m.ObservePipeline,
-	}
-	if cfg.File != "" {
-		serverCfg.Reload = rl.reload
-	}
-	if d.srv, err = resp.NewServer(serverCfg); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	rl.srv = d.srv
-	d.srv.SetPolicies(cfg.Policies)
+	rl.cmds = d.cmds
+	d.cmds.SetPolicies(cfg.Policies)
 	return d, nil
 }
 

@@ -1046,7 +1046,7 @@ func TestHostileOneMiBKey(t *testing.T) {
 // arrive in the read that completes it. Regression test: before ede522d the
 // limit was checked only on the bytes still incomplete after a read, so a
 // command longer than the limit (by up to the guard's 4 KiB growth step) was
-// accepted or refused depending on how TCP split it. resp.Limits documents
+// accepted or refused depending on how TCP split it. wire.Limits documents
 // "A longer command ... is a protocol error and the connection is closed".
 //
 // The command is a TB.RESET of 1,052,576 bytes (limit + 4000) under

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/bucketd/bucketd/internal/config"
-	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 )
 
 // reloader applies a new configuration file on SIGHUP or CONFIG RELOAD:
@@ -18,7 +18,7 @@ type reloader struct {
 	mu      sync.Mutex
 	current config.Config // guarded by mu
 	file    string        // the config file, "" without one; never changes
-	srv     *resp.Server
+	cmds    *command.Engine
 	level   *slog.LevelVar
 	logger  *slog.Logger
 	getenv  func(string) string
@@ -33,7 +33,7 @@ func (r *reloader) reload() error {
 		r.logger.Error("configuration reload failed; the running configuration stays", "file", r.current.File, "err", err)
 		return err
 	}
-	r.srv.SetPolicies(next.Policies)
+	r.cmds.SetPolicies(next.Policies)
 	r.level.Set(next.LogLevel)
 	r.current = next
 	r.logger.Info("configuration reloaded", "file", next.File, "policies", len(next.Policies))

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"github.com/bucketd/bucketd/internal/policy"
+	"github.com/bucketd/bucketd/internal/resp/command"
 
 	"context"
 	"errors"
@@ -34,17 +35,17 @@ func TestScrapeAfterCommands(t *testing.T) {
 	// The wiring docs/metrics.md shows: the metrics before the server, so
 	// that the server gets the histogram's func; the server's stats through
 	// a closure, read only once something scrapes.
-	var srv *resp.Server
+	var front *testserver.Server
 	m, err := New(reg, Sources{
 		Buckets:     group.Limiter().Stats,
 		QueueDepths: group.QueueDepths,
-		Server:      func() resp.ServerStats { return srv.Stats() },
+		Connections: func() resp.Stats { return front.Server.Stats() },
+		Commands:    func() command.Stats { return front.Commands.Stats() },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := testserver.Serve(t, resp.Config{Limiter: group.Limiter(), ObservePipeline: m.ObservePipeline})
-	srv = front.Server
+	front = testserver.Serve(t, command.Config{Limiter: group.Limiter()}, resp.Config{ObservePipeline: m.ObservePipeline})
 
 	rc := front.Client(t, func(o *redis.Options) { o.PoolSize, o.Protocol, o.DisableIdentity = 1, 2, true })
 	ctx := context.Background()
@@ -68,7 +69,7 @@ func TestScrapeAfterCommands(t *testing.T) {
 	// Per policy: api denies its second call; trial, a shadow policy,
 	// would deny its second, and says allowed; a TB.MACQUIRE of explicit
 	// numbers counts under policy "", and once under each policy it names.
-	srv.SetPolicies(map[string]policy.Policy{
+	front.Commands.SetPolicies(map[string]policy.Policy{
 		"api":   {Limits: []policy.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}},
 		"trial": {Limits: []policy.Limit{{Name: "second", Capacity: 1, Rate: 0.001}}, Shadow: true},
 	})
@@ -213,17 +214,17 @@ func TestScrapeStoreModeWithRedisDown(t *testing.T) {
 	t.Cleanup(store.Close)
 
 	reg := prometheus.NewPedanticRegistry()
-	var srv *resp.Server
+	var front *testserver.Server
 	m, err := New(reg, Sources{
-		Buckets: fakeSources(false).Buckets,
-		Server:  func() resp.ServerStats { return srv.Stats() },
-		Store:   store.RedisStats,
+		Buckets:     fakeSources(false).Buckets,
+		Connections: func() resp.Stats { return front.Server.Stats() },
+		Commands:    func() command.Stats { return front.Commands.Stats() },
+		Store:       store.RedisStats,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := testserver.Serve(t, resp.Config{Limiter: store, ObservePipeline: m.ObservePipeline})
-	srv = front.Server
+	front = testserver.Serve(t, command.Config{Limiter: store}, resp.Config{ObservePipeline: m.ObservePipeline})
 	rc := front.Client(t, func(o *redis.Options) { o.PoolSize, o.Protocol, o.DisableIdentity = 1, 2, true })
 	ctx := context.Background()
 	for _, args := range [][]any{
@@ -266,7 +267,7 @@ bucketd_store_script_loads_total 0
 // for the kinds n lacks.
 func errorLines(n map[string]int) string {
 	var b strings.Builder
-	for _, kind := range resp.ErrorKinds {
+	for _, kind := range command.ErrorKinds {
 		fmt.Fprintf(&b, "bucketd_errors_total{kind=%q} %d\n", kind, n[kind])
 	}
 	return b.String()

@@ -9,6 +9,7 @@ import (
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,7 +21,7 @@ const namespace = "bucketd"
 // called once per scrape, possibly from several scrapes at once, so each
 // must be safe for concurrent use; all of bucketd's are (they load atomics).
 //
-// Buckets and Server are required. QueueDepths, Replication, Snapshot and
+// Buckets, Connections and Commands are required. QueueDepths, Replication, Snapshot and
 // Store are optional: when one is nil its metrics are not exported at all
 // (store mode has no shards, memory mode no replication and no store).
 type Sources struct {
@@ -30,9 +31,12 @@ type Sources struct {
 	// QueueDepths appends each shard's queue length to dst, normally
 	// (*shard.Group).QueueDepths. The index is the shard label.
 	QueueDepths func(dst []int) []int
-	// Server returns the protocol front's counters, normally
+	// Connections returns the connection server's counters, normally
 	// (*resp.Server).Stats.
-	Server func() resp.ServerStats
+	Connections func() resp.Stats
+	// Commands returns the command layer's counters, normally
+	// (*command.Engine).Stats.
+	Commands func() command.Stats
 	// Replication returns the replication counters, normally
 	// (*replica.Replicator).Stats; nil when bucketd does not replicate to
 	// Redis. Counts are totals since start; depth and lag are values now.
@@ -119,7 +123,7 @@ func RegisterRuntime(reg *prometheus.Registry) error {
 // collector turns Sources into constant metrics at scrape time.
 type collector struct {
 	src      Sources
-	commands []string // label values, indexed like resp.ServerStats.Commands
+	commands []string // label values, indexed like command.Stats.Commands
 
 	decisions, peeks, resets, expired, evicted, buckets, queueDepth *prometheus.Desc
 	commandsTotal, errorsTotal                                      *prometheus.Desc
@@ -138,15 +142,17 @@ func newCollector(src Sources) (*collector, error) {
 	switch {
 	case src.Buckets == nil:
 		return nil, errors.New("metrics: Sources.Buckets is nil")
-	case src.Server == nil:
-		return nil, errors.New("metrics: Sources.Server is nil")
+	case src.Connections == nil:
+		return nil, errors.New("metrics: Sources.Connections is nil")
+	case src.Commands == nil:
+		return nil, errors.New("metrics: Sources.Commands is nil")
 	}
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
 	return &collector{
 		src:      src,
-		commands: resp.CommandNames(),
+		commands: command.CommandNames(),
 
 		decisions: desc("decisions_total", "Decisions of TB.ACQUIRE, TB.MACQUIRE and CL.THROTTLE, by policy (\"\" for explicit limits) and result: "+
 			"allowed, denied, or shadow_denied (a shadow policy would have denied; the reply said allowed).", "policy", "result"),
@@ -239,16 +245,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	ss := c.src.Server()
-	c.collectDecisions(ss.Decisions, counter)
-	for i, n := range ss.Commands {
+	cs := c.src.Commands()
+	c.collectDecisions(cs.Decisions, counter)
+	for i, n := range cs.Commands {
 		if i < len(c.commands) {
 			counter(c.commandsTotal, float64(n), c.commands[i])
 		}
 	}
-	for i, n := range ss.Errors {
-		counter(c.errorsTotal, float64(n), resp.ErrorKinds[i])
+	for i, n := range cs.Errors {
+		counter(c.errorsTotal, float64(n), command.ErrorKinds[i])
 	}
+	ss := c.src.Connections()
 	gauge(c.connected, float64(ss.ConnectedClients))
 	counter(c.connections, float64(ss.TotalConnections))
 	counter(c.rejected, float64(ss.RejectedConnections))
@@ -285,7 +292,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // force, shadow or not, so that a policy's series stay the same when its
 // shadow setting changes. The policies are those of the configuration, so
 // the series are bounded by it.
-func (c *collector) collectDecisions(ds []resp.PolicyStats, counter func(*prometheus.Desc, float64, ...string)) {
+func (c *collector) collectDecisions(ds []command.PolicyStats, counter func(*prometheus.Desc, float64, ...string)) {
 	for _, d := range ds {
 		counter(c.decisions, float64(d.Allowed), d.Name, "allowed")
 		counter(c.decisions, float64(d.Denied), d.Name, "denied")

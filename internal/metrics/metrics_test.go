@@ -14,6 +14,7 @@ import (
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,7 +33,8 @@ func fakeSources(replication bool) Sources {
 			return decide.Stats{Buckets: 42, Allowed: 1000, Denied: 250, Peeks: 7, Resets: 3, Expired: 99, QueueDepth: 5}
 		},
 		QueueDepths: func(dst []int) []int { return append(dst, 0, 3, 2, 0) },
-		Server:      fakeServerStats,
+		Connections: fakeConnStats,
+		Commands:    fakeCommandStats,
 	}
 	if replication {
 		src.Replication = func() replica.Stats {
@@ -58,18 +60,19 @@ func fakeStoreStats() redisstore.RedisStats {
 	return redisstore.RedisStats{ErrorReplies: 4, Timeouts: 31, TransportErrors: 570, PolicyAcquires: 590, PolicyPeeks: 11, ScriptLoads: 2}
 }
 
-// fakeServerStats gives command i the count 100+i and error kind i the
-// count 10+i, so the expected text can be generated from resp's tables
-// (which other changes extend) while every value stays distinct.
-func fakeServerStats() resp.ServerStats {
-	st := resp.ServerStats{
-		ConnectedClients:     4,
-		TotalConnections:     17,
-		RejectedConnections:  2,
-		TLSHandshakeFailures: 3,
-		TotalCommands:        12345,
-		Commands:             make([]int64, len(resp.CommandNames())),
-		Decisions: []resp.PolicyStats{
+func fakeConnStats() resp.Stats {
+	return resp.Stats{ConnectedClients: 4, TotalConnections: 17, RejectedConnections: 2, TLSHandshakeFailures: 3}
+}
+
+// fakeCommandStats gives command i the count 100+i and error kind i the
+// count 10+i, so the expected text can be generated from the command
+// layer's tables (which other changes extend) while every value stays
+// distinct.
+func fakeCommandStats() command.Stats {
+	st := command.Stats{
+		TotalCommands: 12345,
+		Commands:      make([]int64, len(command.CommandNames())),
+		Decisions: []command.PolicyStats{
 			{Allowed: 1000, Denied: 250},
 			{Name: "api", Limits: 1, Allowed: 400, Denied: 60},
 			{Name: "llm", Limits: 2, Shadow: true, Allowed: 70, ShadowDenied: 8},
@@ -90,12 +93,12 @@ func labelledFromTables() string {
 	var b strings.Builder
 	b.WriteString("# HELP bucketd_commands_total Commands executed, by lower-case command name; unknown commands count as \"other\".\n")
 	b.WriteString("# TYPE bucketd_commands_total counter\n")
-	for i, name := range resp.CommandNames() {
+	for i, name := range command.CommandNames() {
 		fmt.Fprintf(&b, "bucketd_commands_total{command=%q} %d\n", name, 100+i)
 	}
 	b.WriteString("# HELP bucketd_errors_total Error replies sent, by kind.\n")
 	b.WriteString("# TYPE bucketd_errors_total counter\n")
-	for i, kind := range resp.ErrorKinds {
+	for i, kind := range command.ErrorKinds {
 		fmt.Fprintf(&b, "bucketd_errors_total{kind=%q} %d\n", kind, 10+i)
 	}
 	return b.String()
@@ -238,8 +241,9 @@ func TestLint(t *testing.T) {
 func TestNewRejectsMissingSources(t *testing.T) {
 	full := fakeSources(false)
 	for name, src := range map[string]Sources{
-		"Buckets": {QueueDepths: full.QueueDepths, Server: full.Server},
-		"Server":  {Buckets: full.Buckets, QueueDepths: full.QueueDepths},
+		"Buckets":     {QueueDepths: full.QueueDepths, Connections: full.Connections, Commands: full.Commands},
+		"Connections": {Buckets: full.Buckets, QueueDepths: full.QueueDepths, Commands: full.Commands},
+		"Commands":    {Buckets: full.Buckets, QueueDepths: full.QueueDepths, Connections: full.Connections},
 	} {
 		if _, err := New(prometheus.NewRegistry(), src); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("without %s: err = %v, want one naming it", name, err)
@@ -305,12 +309,13 @@ bucketd_command_duration_seconds_count 2
 // TestCollectCallsEachSourceOnce: one scrape reads each source once, so a
 // scrape is a consistent snapshot per source and costs a bounded amount.
 func TestCollectCallsEachSourceOnce(t *testing.T) {
-	var shards, depths, server, repl, store int
+	var shards, depths, conns, cmds, repl, store int
 	full := fakeSources(true)
 	src := Sources{
 		Buckets:     func() decide.Stats { shards++; return full.Buckets() },
 		QueueDepths: func(dst []int) []int { depths++; return full.QueueDepths(dst) },
-		Server:      func() resp.ServerStats { server++; return full.Server() },
+		Connections: func() resp.Stats { conns++; return full.Connections() },
+		Commands:    func() command.Stats { cmds++; return full.Commands() },
 		Replication: func() replica.Stats { repl++; return full.Replication() },
 		Store:       func() redisstore.RedisStats { store++; return fakeStoreStats() },
 	}
@@ -318,7 +323,7 @@ func TestCollectCallsEachSourceOnce(t *testing.T) {
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
-	if shards != 1 || depths != 1 || server != 1 || repl != 1 || store != 1 {
-		t.Errorf("calls per scrape: shards %d, depths %d, server %d, replication %d, store %d; want 1 each", shards, depths, server, repl, store)
+	if shards != 1 || depths != 1 || conns != 1 || cmds != 1 || repl != 1 || store != 1 {
+		t.Errorf("calls per scrape: shards %d, depths %d, connections %d, commands %d, replication %d, store %d; want 1 each", shards, depths, conns, cmds, repl, store)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bucketd/bucketd/internal/redistest"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
 )
@@ -21,7 +22,7 @@ import (
 // ends (the server first, as bucketd shuts down).
 func serveStore(t *testing.T, s *Store) *redis.Client {
 	t.Helper()
-	return testserver.Serve(t, resp.Config{Limiter: s}).Client(t, func(o *redis.Options) { o.Protocol = 2 })
+	return testserver.Serve(t, command.Config{Limiter: s}, resp.Config{}).Client(t, func(o *redis.Options) { o.Protocol = 2 })
 }
 
 // reply runs one command and returns its reply, or the error text.

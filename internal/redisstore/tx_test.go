@@ -17,6 +17,7 @@ import (
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/redistest"
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
 )
 
@@ -288,7 +289,7 @@ func TestRunIsolatedCluster(t *testing.T) {
 		t.Fatalf("{u1}:a after the refused transaction: %+v, want 2 left", d)
 	}
 
-	c := testserver.Serve(t, resp.Config{Limiter: s}).Client(t)
+	c := testserver.Serve(t, command.Config{Limiter: s}, resp.Config{}).Client(t)
 	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "TB.ACQUIRE", "{u1}:a", 3, 0.001)
 		p.Do(ctx, "TB.ACQUIRE", "{u2}:a", 3, 0.001)

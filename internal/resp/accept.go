@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/ratelog"
+	"github.com/bucketd/bucketd/internal/resp/wire"
 )
 
-// Accepting connections. redcon's accept loop calls listener.Accept and
-// then Server.accept for one connection after the other, on one
-// goroutine: anything that waits there keeps every other client out. One
+// Accepting connections. Server.Serve's loop calls listener.Accept for one
+// connection after the other, on one goroutine: anything that waits there
+// keeps every other client out. One
 // silent socket on a TLS port did (issue 10): its refusal was written
 // there, and writing over TLS runs the handshake, which waited for the
 // client. So the loop only decides, from counters and the remote address:
 //   - an admitted client's TLS handshake runs on the connection's own
-//     goroutine, at its first read (guardConn.runHandshake);
+//     goroutine, at its first read (Conn.runHandshake);
 //   - a refusal (--max-clients, protected mode) is written, over TLS when
 //     configured, by a goroutine of its own (writeRefusal).
 //
@@ -53,10 +54,10 @@ type tlsHandshake struct {
 	failures *atomic.Int64
 }
 
-// listener is the listener redcon serves. Accept admits or refuses each
-// connection without waiting for it (see Server.admit) and retries failed
-// accepts itself, so that redcon sees only admitted connections and the
-// listener closing. Used by the accept goroutine only.
+// listener is the listener Serve accepts from. Accept admits or refuses
+// each connection without waiting for it (see Server.admit) and retries
+// failed accepts itself, so that Serve sees only admitted connections and
+// the listener closing. Used by the accept goroutine only.
 type listener struct {
 	net.Listener // the one given to Serve
 	s            *Server
@@ -67,9 +68,9 @@ type listener struct {
 	pause   func(time.Duration) // Server.pause; a test's in tests
 }
 
-// Accept returns the next admitted connection, wrapped in its guardConn,
-// or net.ErrClosed once the server is shutting down.
-func (l *listener) Accept() (net.Conn, error) {
+// Accept returns the next admitted connection, or net.ErrClosed once the
+// server is shutting down.
+func (l *listener) Accept() (*Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -80,8 +81,8 @@ func (l *listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff = 0
-		if g := l.s.admit(c); g != nil {
-			return g, nil
+		if conn := l.s.admit(c); conn != nil {
+			return conn, nil
 		}
 	}
 }
@@ -113,10 +114,10 @@ func (s *Server) pause(d time.Duration) {
 }
 
 // admit decides, on the accept goroutine and without waiting for
-// anything, whether c is served. It returns c wrapped in its guardConn
-// and registered as a client, or nil when c was refused; the refusal is
-// written on a goroutine of its own (refuse).
-func (s *Server) admit(c net.Conn) *guardConn {
+// anything, whether c is served. It returns c as a registered Conn, or nil
+// when c was refused; the refusal is written on a goroutine of its own
+// (refuse).
+func (s *Server) admit(c net.Conn) *Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true) //nolint:errcheck // the default already; only fails on a closed conn
 	}
@@ -125,13 +126,18 @@ func (s *Server) admit(c net.Conn) *guardConn {
 		s.refuse(c, reply)
 		return nil
 	}
-	g := newGuardConn(c, &s.cfg.Limits)
-	g.idle = s.cfg.IdleTimeout
-	if s.cfg.TLS != nil {
-		g.shake = tls.Server(c, s.cfg.TLS)
-		g.Conn = g.shake
-		g.hs = &s.hs
+	conn := &Conn{s: s, sock: c, raw: c, idle: s.cfg.IdleTimeout, created: time.Now()}
+	if a := c.RemoteAddr(); a != nil {
+		conn.remote = a.String()
 	}
+	if a := c.LocalAddr(); a != nil {
+		conn.local = a.String()
+	}
+	if s.cfg.TLS != nil {
+		conn.shake = tls.Server(c, s.cfg.TLS)
+		conn.sock = conn.shake
+	}
+	conn.r = wire.NewReader(conn, s.cfg.Limits)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining.Load() {
@@ -139,12 +145,45 @@ func (s *Server) admit(c net.Conn) *guardConn {
 		c.Close() //nolint:errcheck // shutting down; nothing is owed to it
 		return nil
 	}
-	s.conns[g] = struct{}{}
+	conn.id = s.lastID.Add(1)
+	s.conns[conn] = struct{}{}
 	s.active.Add(1)
 	s.n.connected.Add(1)
 	s.n.totalConns.Add(1)
-	return g
+	return conn
 }
+
+// refusal returns the reply that turns a new client from remote away, or
+// "" to admit it: --max-clients and protected mode. It only reads
+// counters, so the accept goroutine can call it (see admit).
+func (s *Server) refusal(remote net.Addr) string {
+	if s.cfg.MaxClients > 0 && s.n.connected.Load() >= int64(s.cfg.MaxClients) {
+		return errMaxClients
+	}
+	if s.cfg.ProtectedMode && !isLoopbackAddr(remote) {
+		return errProtected
+	}
+	return ""
+}
+
+func isLoopbackAddr(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}
+
+// Replies that refuse a connection when it is accepted, worded as Redis 7
+// words them. They answer no command, so they are not error replies to be
+// counted by kind: the refusal counts as a rejected connection.
+const (
+	errMaxClients = "ERR max number of clients reached"
+	errProtected  = "DENIED bucketd is running in protected mode: no password is set (--requirepass) and this client is not on a loopback address. " +
+		"Set a password with --requirepass, or, if every host that can reach this port is trusted, start bucketd with --protected-mode=false."
+)
 
 // refuse hands c to a goroutine that writes reply and closes it. During
 // shutdown, or with TLS beyond maxRefusing refusals at once, c is closed
@@ -184,8 +223,8 @@ func (s *Server) writeRefusal(c net.Conn, reply string) {
 		}
 		w = tc
 	}
-	w.Write(appendErrorLine(nil, reply)) //nolint:errcheck // best effort: it closes either way
-	w.Close()                            //nolint:errcheck // nothing left to do with it
+	w.Write(wire.AppendErrorLine(nil, reply)) //nolint:errcheck // best effort: it closes either way
+	w.Close()                                 //nolint:errcheck // nothing left to do with it
 }
 
 // runHandshake runs the TLS handshake of an admitted connection, on the
@@ -193,27 +232,27 @@ func (s *Server) writeRefusal(c net.Conn, reply string) {
 // a client that connects and says nothing holds its slot no longer than
 // that. It reports false, with readErr set, when the handshake failed; a
 // failure is counted unless a drain (shutdown) cut the handshake short.
-func (g *guardConn) runHandshake() bool {
-	tc := g.shake
-	g.shake = nil
-	tc.SetDeadline(time.Now().Add(g.hs.timeout)) //nolint:errcheck // fails only on a closed conn
+func (c *Conn) runHandshake() bool {
+	tc := c.shake
+	c.shake = nil
+	tc.SetDeadline(time.Now().Add(c.s.hs.timeout)) //nolint:errcheck // fails only on a closed conn
 	err := io.EOF
-	if !g.draining.Load() {
+	if !c.draining.Load() {
 		err = tc.Handshake()
 	}
 	tc.SetDeadline(time.Time{}) //nolint:errcheck // as above
-	if g.draining.Load() {
+	if c.draining.Load() {
 		// Ours may have replaced drain()'s deadline: restore it.
 		tc.SetReadDeadline(time.Unix(1, 0)) //nolint:errcheck // as above
 		if err != nil {
-			g.readErr = io.EOF
+			c.readErr = io.EOF
 			return false
 		}
 		return true
 	}
 	if err != nil {
-		g.hs.failures.Add(1)
-		g.readErr = err
+		c.s.hs.failures.Add(1)
+		c.readErr = err
 		return false
 	}
 	return true

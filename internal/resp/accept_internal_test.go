@@ -37,7 +37,7 @@ func (l *scriptedListener) Accept() (net.Conn, error) {
 // line a second, saying how many it held back.
 func TestAcceptErrorsBackOffAndLogOnceASecond(t *testing.T) {
 	var logs bytes.Buffer
-	s, err := NewServer(Config{Limiter: newInlineLimiter(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := NewServer(Config{Handler: nopHandler{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestAcceptErrorsBackOffAndLogOnceASecond(t *testing.T) {
 		now:      func() time.Time { return now },
 		pause:    func(d time.Duration) { pauses = append(pauses, d); now = now.Add(d) },
 	}
-	if c, err := l.Accept(); err != nil || c.(*guardConn).Conn != server {
+	if c, err := l.Accept(); err != nil || c.raw != server {
 		t.Fatalf("Accept after 12 failures = %v, %v; want the scripted connection", c, err)
 	}
 	if _, err := l.Accept(); err != net.ErrClosed {

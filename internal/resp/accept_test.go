@@ -1,8 +1,6 @@
 package resp_test
 
 import (
-	"github.com/bucketd/bucketd/internal/decide"
-
 	"bufio"
 	"context"
 	"crypto/tls"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/testcert"
 	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
@@ -87,7 +86,7 @@ func (c *lineConn) ping() (string, error) {
 // silent opens a plain socket that never sends a byte, the client the
 // issue describes, and waits until the server has refused or admitted it
 // (what counted says).
-func silent(t *testing.T, ts *testserver.Server, counted func(resp.ServerStats) bool) net.Conn {
+func silent(t *testing.T, ts *testserver.Server, counted func(resp.Stats) bool) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", ts.Addr, promptly)
 	if err != nil {
@@ -121,7 +120,7 @@ func TestTLSRefusalOfASilentSocketBlocksNoAccept(t *testing.T) {
 		}
 		first = append(first, c)
 	}
-	silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 1 })
 	for _, c := range first {
 		c.Close()
 	}
@@ -160,6 +159,11 @@ func (remoteConn) RemoteAddr() net.Addr {
 // serveRemote runs a server whose clients all look non-loopback.
 func serveRemote(t *testing.T, cfg resp.Config) *testserver.Server {
 	t.Helper()
+	cmds, err := command.New(command.Config{Limiter: testserver.NewGroup(t, testkit.NewClock(), nil).Limiter()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Handler = cmds
 	srv, err := resp.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +189,7 @@ func serveRemote(t *testing.T, cfg resp.Config) *testserver.Server {
 			t.Error("Serve did not return after Shutdown")
 		}
 	})
-	return &testserver.Server{Addr: ln.Addr().String(), Server: srv}
+	return &testserver.Server{Addr: ln.Addr().String(), Server: srv, Commands: cmds}
 }
 
 // TestProtectedModeRefusalOfASilentTLSSocketBlocksNoAccept: on a TLS port
@@ -193,8 +197,8 @@ func serveRemote(t *testing.T, cfg resp.Config) *testserver.Server {
 // idle socket from anyone must not keep the others from their answer.
 func TestProtectedModeRefusalOfASilentTLSSocketBlocksNoAccept(t *testing.T) {
 	pair := newTLSPair(t)
-	ts := serveRemote(t, resp.Config{Limiter: newLimiter(t), TLS: pair.server, ProtectedMode: true})
-	silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	ts := serveRemote(t, resp.Config{TLS: pair.server, ProtectedMode: true})
+	silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 1 })
 	for i := range 3 {
 		c, err := dialTLS(t, ts.Addr, pair.client)
 		if err != nil {
@@ -210,12 +214,12 @@ func TestProtectedModeRefusalOfASilentTLSSocketBlocksNoAccept(t *testing.T) {
 // that holds a slot, and one refused beyond --max-clients, delay nobody.
 func TestPlainSilentSocketsDelayNoClient(t *testing.T) {
 	ts := startServer(t, func(cfg *resp.Config) { cfg.MaxClients = 2 })
-	silent(t, ts, func(st resp.ServerStats) bool { return st.ConnectedClients == 1 })
+	silent(t, ts, func(st resp.Stats) bool { return st.ConnectedClients == 1 })
 	c := dialPlain(t, ts.Addr)
 	if got, err := c.ping(); got != "+PONG\r\n" {
 		t.Fatalf("client beside a silent socket: %q, %v", got, err)
 	}
-	refused := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	refused := silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 1 })
 	c.Close()
 	testkit.Eventually(t, promptly, "the client gone", func() bool { return ts.Server.Stats().ConnectedClients == 1 })
 	c = dialPlain(t, ts.Addr)
@@ -229,11 +233,11 @@ func TestPlainSilentSocketsDelayNoClient(t *testing.T) {
 	}
 }
 
-// newLimiter is the in-memory limiter of startServer, for servers the
-// tests build themselves.
-func newLimiter(t *testing.T) decide.Limiter {
+// startServer runs the front on shards on a fake clock, with the
+// connection server's Config adjusted.
+func startServer(t testing.TB, adjust func(*resp.Config)) *testserver.Server {
 	t.Helper()
-	return testserver.NewGroup(t, testkit.NewClock(), nil).Limiter()
+	return testserver.Start(t, testserver.Options{Server: adjust})
 }
 
 // readToEnd reads c until the server closes it, within promptly, and
@@ -274,7 +278,7 @@ func TestTLSHandshakeFailuresAreCountedAndBounded(t *testing.T) {
 	testkit.Eventually(t, promptly, "the plain client's handshake counted", failures(1))
 
 	testkit.Eventually(t, promptly, "no client left", func() bool { return ts.Server.Stats().ConnectedClients == 0 })
-	admitted := silent(t, ts, func(st resp.ServerStats) bool { return st.ConnectedClients == 1 })
+	admitted := silent(t, ts, func(st resp.Stats) bool { return st.ConnectedClients == 1 })
 	readToEnd(t, admitted, "an admitted silent socket")
 	testkit.Eventually(t, promptly, "its slot given back", func() bool { return ts.Server.Stats().ConnectedClients == 0 })
 	testkit.Eventually(t, promptly, "the admitted silent socket counted", failures(2))
@@ -288,7 +292,7 @@ func TestTLSHandshakeFailuresAreCountedAndBounded(t *testing.T) {
 			t.Fatalf("TLS client: %q, %v", got, err)
 		}
 	}
-	refused := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	refused := silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 1 })
 	readToEnd(t, refused, "a refused silent socket")
 	testkit.Eventually(t, promptly, "the refused silent socket counted", failures(3))
 	if st := ts.Server.Stats(); st.TotalConnections != 4 || st.RejectedConnections != 1 {
@@ -307,8 +311,8 @@ func TestShutdownCutsPendingHandshakesAndRefusals(t *testing.T) {
 		cfg.MaxClients = 1
 		cfg.HandshakeTimeout = time.Hour
 	})
-	admitted := silent(t, ts, func(st resp.ServerStats) bool { return st.ConnectedClients == 1 })
-	refused := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 1 })
+	admitted := silent(t, ts, func(st resp.Stats) bool { return st.ConnectedClients == 1 })
+	refused := silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := ts.Shutdown(ctx); err != nil {
@@ -337,9 +341,9 @@ func TestSilentTLSRefusalsHoldBoundedDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 16 {
-		silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == int64(i+1) })
+		silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == int64(i+1) })
 	}
-	extra := silent(t, ts, func(st resp.ServerStats) bool { return st.RejectedConnections == 17 })
+	extra := silent(t, ts, func(st resp.Stats) bool { return st.RejectedConnections == 17 })
 	readToEnd(t, extra, "a 17th silent socket refused while 16 refusals wait for their handshake")
 	if got, err := c.ping(); got != "+PONG\r\n" {
 		t.Fatalf("the admitted TLS client beside 16 pending refusals: %q, %v", got, err)

@@ -4,10 +4,22 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/bucketd/bucketd/internal/resp/wire"
 )
 
+// nopHandler answers nothing: tests of the connection server alone.
+type nopHandler struct{}
+
+func (nopHandler) Open(*Conn) Session { return nopSession{} }
+
+type nopSession struct{}
+
+func (nopSession) Serve([]wire.Command) bool { return true }
+func (nopSession) Closed(bool)               {}
+
 func TestProtectedModeAndMaxClientsAtAdmission(t *testing.T) {
-	srv, err := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true})
+	srv, err := NewServer(Config{Handler: nopHandler{}, ProtectedMode: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,15 +31,11 @@ func TestProtectedModeAndMaxClientsAtAdmission(t *testing.T) {
 	if got := srv.refusal(local); got != "" {
 		t.Fatalf("protected mode refused a loopback client: %q", got)
 	}
-	withPass, _ := NewServer(Config{Limiter: newInlineLimiter(), ProtectedMode: true, RequirePass: "p"})
-	if got := withPass.refusal(remote); got != "" {
-		t.Fatalf("with a password, protected mode must admit remote clients (they still need AUTH): %q", got)
-	}
-	off, _ := NewServer(Config{Limiter: newInlineLimiter()})
+	off, _ := NewServer(Config{Handler: nopHandler{}})
 	if got := off.refusal(remote); got != "" {
 		t.Fatalf("--protected-mode=false must admit remote clients: %q", got)
 	}
-	full, _ := NewServer(Config{Limiter: newInlineLimiter(), MaxClients: 1})
+	full, _ := NewServer(Config{Handler: nopHandler{}, MaxClients: 1})
 	full.n.connected.Store(1)
 	if got := full.refusal(local); got != "ERR max number of clients reached" {
 		t.Fatalf("--max-clients 1 with one client: %q", got)

@@ -10,21 +10,40 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bucketd/bucketd/internal/decide"
-	"github.com/bucketd/bucketd/internal/info"
-	"github.com/tidwall/redcon"
+	"github.com/bucketd/bucketd/internal/resp/wire"
 )
+
+// Handler answers the commands of the connections a Server serves; the
+// command layer (internal/resp/command) is bucketd's.
+type Handler interface {
+	// Open is called once per admitted connection, on its goroutine,
+	// before its first command. The Session it returns answers all of the
+	// connection's commands.
+	Open(c *Conn) Session
+}
+
+// Session is one connection's command state, owned by the connection's
+// goroutine.
+type Session interface {
+	// Serve answers cmds, the commands of one read (see wire.Reader),
+	// writing every reply to the Conn's Writer; the Server writes them to
+	// the socket when Serve returns. It reports false when the connection
+	// must close once its replies are written (QUIT).
+	Serve(cmds []wire.Command) bool
+	// Closed is called once when the connection has ended; protocolError
+	// says it ended on a protocol error (which the Server answered).
+	Closed(protocolError bool)
+}
 
 // Config sets up a Server. Zero values pick the defaults in parentheses.
 type Config struct {
-	Limiter     decide.Limiter
-	MaxKeyBytes int // longest key accepted (1024)
-	Limits      Limits
-	// RequirePass, when set, makes clients AUTH before any other command
-	// (Redis requirepass); compared in constant time.
-	RequirePass string
-	// ProtectedMode refuses clients from non-loopback addresses while no
-	// password is set, as Redis's protected mode does.
+	Handler Handler // required
+	// Limits bound what one client can make the server hold while it
+	// reads a command (wire's defaults).
+	Limits wire.Limits
+	// ProtectedMode refuses clients from non-loopback addresses, as
+	// Redis's protected mode does while no password is set: the caller
+	// sets it only then.
 	ProtectedMode bool
 	// MaxClients bounds open connections; new ones beyond it get
 	// "-ERR max number of clients reached". 0 means no limit.
@@ -38,38 +57,24 @@ type Config struct {
 	// refusal, for each connection (DefaultHandshakeTimeout, or
 	// IdleTimeout if that is shorter).
 	HandshakeTimeout time.Duration
-	// Info adds sections to INFO: each function returns the section of the
-	// part of bucketd whose state it shows (replication, the Redis store).
-	Info []func() info.Section
-	// Reload, when set, is what CONFIG RELOAD calls; its error is reported
-	// to the client and the running configuration stays.
-	Reload  func() error
-	Logger  *slog.Logger // (slog.Default())
-	Version string       // reported by INFO and HELLO ("dev")
-	// ObservePipeline, when set, is called once per pipeline (the commands
+	Logger           *slog.Logger // (slog.Default())
+	// ObservePipeline, when set, is called once per batch (the commands
 	// of one read) with the seconds from reading it to having every reply
 	// ready, and the number of commands. At pipeline depth 1 that is the
 	// command latency. It must be cheap and safe for concurrent use.
 	ObservePipeline func(seconds float64, commands int)
 }
 
-// Defaults of Config and Limits.
-const (
-	DefaultMaxKeyBytes    = 1024
-	DefaultMaxQueryBytes  = 64 << 20
-	DefaultMaxArgs        = 1024 * 1024
-	DefaultMaxInlineBytes = 64 << 10
-)
-
-// Server is bucketd's Redis-protocol front. Connections are served by redcon,
-// one goroutine each; bucket operations go to the Limiter. Safe for
-// concurrent use.
+// Server accepts connections and serves each on a goroutine of its own:
+// it reads the commands of each read (wire.Reader), hands them to the
+// connection's Session, and writes the replies with one system call. It
+// knows nothing of commands. Safe for concurrent use.
 type Server struct {
 	cfg     Config
 	started time.Time
 
 	mu       sync.Mutex // guards conns, refusing and ln; never on the request path
-	conns    map[*guardConn]struct{}
+	conns    map[*Conn]struct{}
 	refusing map[net.Conn]struct{} // refusals being written (accept.go)
 	ln       net.Listener
 
@@ -78,36 +83,18 @@ type Server struct {
 	stop     chan struct{} // closed when draining starts: ends the accept back-off
 	hs       tlsHandshake
 
-	nextClientID atomic.Int64
-	n            counters
-	password     passwordCheck
-	policyMu     sync.Mutex // serialises SetPolicies; never on the request path
-	policies     atomic.Pointer[policySet]
-	txTooLong    *errorReply // the reply to a command beyond a transaction's bound
+	lastID atomic.Int64 // the last client id handed out
+	n      counters
 }
 
 // NewServer validates cfg and fills in defaults.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Limiter == nil {
-		return nil, errors.New("resp: Config.Limiter is required")
+	if cfg.Handler == nil {
+		return nil, errors.New("resp: Config.Handler is required")
 	}
-	if cfg.MaxKeyBytes <= 0 {
-		cfg.MaxKeyBytes = DefaultMaxKeyBytes
-	}
-	if cfg.Limits.MaxQueryBytes <= 0 {
-		cfg.Limits.MaxQueryBytes = DefaultMaxQueryBytes
-	}
-	if cfg.Limits.MaxArgs <= 0 {
-		cfg.Limits.MaxArgs = DefaultMaxArgs
-	}
-	if cfg.Limits.MaxInlineBytes <= 0 {
-		cfg.Limits.MaxInlineBytes = DefaultMaxInlineBytes
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
@@ -118,14 +105,11 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		started:  time.Now(),
-		conns:    make(map[*guardConn]struct{}),
+		conns:    make(map[*Conn]struct{}),
 		refusing: make(map[net.Conn]struct{}),
 		stop:     make(chan struct{}),
-		password: newPasswordCheck(cfg.RequirePass),
 	}
 	s.hs = tlsHandshake{timeout: cfg.HandshakeTimeout, failures: &s.n.tlsHandshakeFailures}
-	s.txTooLong = txTooLong(maxQueued, cfg.Limits.MaxQueryBytes)
-	s.SetPolicies(nil)
 	return s, nil
 }
 
@@ -133,7 +117,6 @@ func NewServer(cfg Config) (*Server, error) {
 // Shutdown and the listener's error otherwise; a failed accept (out of
 // file descriptors, say) is retried after a pause (see listener).
 func (s *Server) Serve(ln net.Listener) error {
-	srv := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
@@ -141,11 +124,17 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
-	err := srv.Serve(&listener{Listener: ln, s: s, now: time.Now, pause: s.pause})
-	if s.draining.Load() {
-		return nil
+	l := &listener{Listener: ln, s: s, now: time.Now, pause: s.pause}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if s.draining.Load() {
+				return nil
+			}
+			return err
+		}
+		go s.serve(c)
 	}
-	return err
 }
 
 // Addr returns the address Serve listens on, or nil before Serve.
@@ -158,26 +147,33 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Shutdown stops accepting, lets every connection finish the commands it is
-// executing (their replies are written), closes the connections and waits
-// for their goroutines. If ctx ends first, the remaining sockets are closed
-// at once and ctx's error is returned.
+// Started is when the Server was made (INFO's uptime).
+func (s *Server) Started() time.Time { return s.started }
+
+// LastClientID is the highest client id handed out so far.
+func (s *Server) LastClientID() int64 { return s.lastID.Load() }
+
+// Limits are the framing limits every connection starts with.
+func (s *Server) Limits() wire.Limits { return s.cfg.Limits }
+
+// Shutdown stops accepting, lets every connection finish the batch of
+// commands it is answering (their replies are written), closes the
+// connections and waits for their goroutines. If ctx ends first, the
+// remaining sockets are closed at once and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining.Swap(true) {
 		close(s.stop)
 	}
 	ln := s.ln
-	for g := range s.conns {
-		g.drain()
+	for c := range s.conns {
+		c.drain()
 	}
 	for c := range s.refusing {
 		c.Close() //nolint:errcheck // a refusal is owed nothing at shutdown
 	}
 	s.mu.Unlock()
 	if ln != nil {
-		// redcon's accept loop ends on the closed listener and then closes
-		// every connection, which the guards turn into drains.
 		ln.Close() //nolint:errcheck // an error means it was closed already
 	}
 	done := make(chan struct{})
@@ -190,8 +186,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
-		for g := range s.conns {
-			g.closeSocket() //nolint:errcheck // forcing shutdown; errors change nothing
+		for c := range s.conns {
+			c.raw.Close() //nolint:errcheck // forcing shutdown; errors change nothing
 		}
 		s.mu.Unlock()
 		<-done
@@ -199,56 +195,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// session is one connection's state, owned by its goroutine.
-type session struct {
-	id     int64
-	guard  *guardConn
-	caller decide.Caller
-	plan   []planned
-	errs   []*errorReply // the replies of this pipeline's planError commands
-	name   []byte
-	quit   bool
-	authed bool
-	tally  tally
-	pt     policyTally      // decisions under policies (policies.go)
-	keys   []byte           // keys derived for this pipeline's policy commands
-	reqs   []decide.Request // a group's requests while it is planned (macquire.go)
-	group  []decide.Request // TB.MACQUIRE's deciding group, when it has shadow triples
-	mb     []mbucket        // TB.MACQUIRE's buckets of this pipeline (macquire.go)
-	tx     transaction      // MULTI ... EXEC (transaction.go)
-	wire                    // RESP version and client-side caching (reply.go)
-}
-
-// accept is redcon's accept hook, called on the accept goroutine for each
-// connection listener.Accept admitted: it only gives the connection its
-// session. It never refuses, since redcon would then flush the connection
-// on the accept goroutine, and with TLS a flush runs the handshake.
-func (s *Server) accept(c redcon.Conn) bool {
-	g, ok := c.NetConn().(*guardConn)
-	if !ok {
-		return false // cannot happen: every conn comes from listener.Accept
-	}
-	sess := &session{
-		id:     s.nextClientID.Add(1),
-		guard:  g,
-		caller: s.cfg.Limiter.NewCaller(),
-		authed: !s.password.set,
-	}
-	c.SetContext(sess)
-	return true
-}
-
-func (s *Server) closed(c redcon.Conn, err error) {
-	sess, ok := c.Context().(*session)
-	if !ok {
-		return // refused in accept
-	}
-	sess.guard.closeSocket() //nolint:errcheck // may already be closed; that is the goal
-	if sess.guard.protoErr != "" {
-		s.n.errors[ErrProtocol].Add(1)
-	}
+// closed forgets a connection whose goroutine is ending and closes its
+// socket.
+func (s *Server) closed(c *Conn) {
+	c.sock.Close() //nolint:errcheck // may already be closed; that is the goal
 	s.mu.Lock()
-	delete(s.conns, sess.guard)
+	delete(s.conns, c)
 	s.mu.Unlock()
 	s.n.connected.Add(-1)
 	s.active.Done()

@@ -2,92 +2,31 @@ package resp
 
 import "sync/atomic"
 
-// ServerStats are the protocol front's counters, read from atomics.
-type ServerStats struct {
+// Stats are the connection server's counters, read from atomics.
+type Stats struct {
 	ConnectedClients    int64
 	TotalConnections    int64
 	RejectedConnections int64 // refused at accept: --max-clients, protected mode, shutdown
 	// TLSHandshakeFailures counts TLS handshakes that failed or timed
 	// out, of admitted and refused connections alike.
 	TLSHandshakeFailures int64
-	TotalCommands        int64   // the sum of Commands
-	Commands             []int64 // by command, indexed like CommandNames()
-	Errors               [numErrorKinds]int64
-	// Decisions are the decisions of the bucket commands by policy: first
-	// those of calls with explicit limits and of CL.THROTTLE (Name ""),
-	// then those of each policy in force, in name order (policies.go).
-	Decisions []PolicyStats
 }
 
-// counters are the Server's atomics. Per-command counts are added once per
-// pipeline from a connection-local tally, not once per command, so the hot
-// path does not bounce a shared cache line between cores.
+// counters are the Server's atomics, changed on connect and disconnect,
+// never per command.
 type counters struct {
 	connected            atomic.Int64
 	totalConns           atomic.Int64
 	rejected             atomic.Int64
 	tlsHandshakeFailures atomic.Int64
-	commands             [numCommands]atomic.Int64
-	errors               [numErrorKinds]atomic.Int64
-	decisions            [numResults]atomic.Int64 // calls with explicit limits, CL.THROTTLE
 }
 
-// Stats returns the protocol front's counters.
-func (s *Server) Stats() ServerStats {
-	st := ServerStats{
+// Stats returns the connection server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
 		ConnectedClients:     s.n.connected.Load(),
 		TotalConnections:     s.n.totalConns.Load(),
 		RejectedConnections:  s.n.rejected.Load(),
 		TLSHandshakeFailures: s.n.tlsHandshakeFailures.Load(),
-		Commands:             make([]int64, numCommands),
-		Decisions:            s.policyStats(),
 	}
-	for i := range st.Commands {
-		st.Commands[i] = s.n.commands[i].Load()
-		st.TotalCommands += st.Commands[i] // every command is counted under its name, unknown ones as "other"
-	}
-	for i := range st.Errors {
-		st.Errors[i] = s.n.errors[i].Load()
-	}
-	return st
-}
-
-// tally is one connection's counts for the pipeline being executed.
-type tally struct {
-	commands  [numCommands]int32
-	errors    [numErrorKinds]int32
-	decisions [numResults]int32 // of calls with explicit limits and CL.THROTTLE
-	any       bool
-}
-
-func (t *tally) command(id cmdID)  { t.commands[id]++; t.any = true }
-func (t *tally) error(k ErrorKind) { t.errors[k]++; t.any = true }
-
-// decision counts a decision of a call with explicit limits.
-func (t *tally) decision(result int) { t.decisions[result]++; t.any = true }
-
-// flushTally adds a connection's tally to the shared counters and clears it.
-func (s *Server) flushTally(t *tally) {
-	if !t.any {
-		return
-	}
-	for i, n := range t.commands {
-		if n != 0 {
-			s.n.commands[i].Add(int64(n))
-			t.commands[i] = 0
-		}
-	}
-	for i, n := range t.errors {
-		if n != 0 {
-			s.n.errors[i].Add(int64(n))
-			t.errors[i] = 0
-		}
-	}
-	for i, n := range t.decisions {
-		if n != 0 {
-			s.n.decisions[i].Add(int64(n))
-			t.decisions[i] = 0
-		}
-	}
-	t.any = false
 }

@@ -1,11 +1,12 @@
-// Package testserver runs bucketd's protocol server (resp.Server) in the
+// Package testserver runs bucketd's protocol front (the command layer,
+// internal/resp/command, behind the connection server, resp.Server) in the
 // test's process on 127.0.0.1:0, by default over a shard group on a
 // testkit.Clock, and stops it when the test ends. It is part of testkit,
 // apart only because it imports resp and shard, whose own tests use
 // testkit; for tests only, never linked into the binary.
 //
-// Start is the common case: shards on a fake clock behind a server. For
-// wiring that needs the group before the server (metrics), call NewGroup
+// Start is the common case: shards on a fake clock behind the front. For
+// wiring that needs the group before the front (metrics), call NewGroup
 // and Serve; for another Limiter (the Redis store), Serve alone.
 package testserver
 
@@ -19,27 +20,33 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/resp"
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/shard"
 	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
 // Options adjust what Start builds; the zero value is a 4-shard group and a
-// server with resp's defaults.
+// front with the defaults.
 type Options struct {
 	// Shards adjusts the group's Config; Shards, Clock and Base are set
 	// already (4 shards, the server's fake clock).
 	Shards func(*shard.Config)
-	// Server adjusts the server's Config; Limiter is set already (the group).
+	// Commands adjusts the command layer's Config; Limiter is set already
+	// (the group).
+	Commands func(*command.Config)
+	// Server adjusts the connection server's Config; Handler is set
+	// already (the command layer).
 	Server func(*resp.Config)
 }
 
-// Server is a running resp.Server and what it runs on.
+// Server is a running protocol front and what it runs on.
 type Server struct {
-	Addr   string         // host:port it listens on
-	Server *resp.Server   // for Stats, SetPolicies and the like
-	Group  *shard.Group   // the shards; nil when started by Serve
-	Clock  *testkit.Clock // the shards' clock; nil when started by Serve
+	Addr     string          // host:port it listens on
+	Server   *resp.Server    // the connections: Stats (connection counts)
+	Commands *command.Engine // the commands: Stats, SetPolicies
+	Group    *shard.Group    // the shards; nil when started by Serve
+	Clock    *testkit.Clock  // the shards' clock; nil when started by Serve
 
 	served   chan error // Serve's result
 	stopOnce sync.Once
@@ -53,11 +60,15 @@ func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	clk := testkit.NewClock()
 	g := NewGroup(t, clk, o.Shards)
-	cfg := resp.Config{Limiter: g.Limiter()}
-	if o.Server != nil {
-		o.Server(&cfg)
+	cmds := command.Config{Limiter: g.Limiter()}
+	if o.Commands != nil {
+		o.Commands(&cmds)
 	}
-	s := Serve(t, cfg)
+	var srv resp.Config
+	if o.Server != nil {
+		o.Server(&srv)
+	}
+	s := Serve(t, cmds, srv)
 	s.Group, s.Clock = g, clk
 	return s
 }
@@ -75,11 +86,16 @@ func NewGroup(t testing.TB, clk *testkit.Clock, adjust func(*shard.Config)) *sha
 	return g
 }
 
-// Serve runs a server with cfg on 127.0.0.1:0 until the test ends or
-// Shutdown is called.
-func Serve(t testing.TB, cfg resp.Config) *Server {
+// Serve runs the front (cmds behind a server with srv; its Handler is
+// set here) on 127.0.0.1:0 until the test ends or Shutdown is called.
+func Serve(t testing.TB, cmds command.Config, srv resp.Config) *Server {
 	t.Helper()
-	srv, err := resp.NewServer(cfg)
+	e, err := command.New(cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handler = e
+	server, err := resp.NewServer(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +103,8 @@ func Serve(t testing.TB, cfg resp.Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Addr: ln.Addr().String(), Server: srv, served: make(chan error, 1)}
-	go func() { s.served <- srv.Serve(ln) }()
+	s := &Server{Addr: ln.Addr().String(), Server: server, Commands: e, served: make(chan error, 1)}
+	go func() { s.served <- server.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
