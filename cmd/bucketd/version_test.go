@@ -12,6 +12,7 @@ import (
 // VERSION), "dev" without it, and exits 0, whatever other flags come with
 // it.
 func TestVersion(t *testing.T) {
+	t.Parallel() // its own build of bucketd runs beside the other tests
 	tagged := filepath.Join(t.TempDir(), "bucketd")
 	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version=1.2.3-test", "-o", tagged, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
