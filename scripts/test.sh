@@ -1,29 +1,89 @@
 #!/usr/bin/env bash
-# test.sh: run every bucketd test, the way CI does.
+# test.sh: run every bucketd test, the way CI does. It takes about 7
+# minutes on a 2-CPU machine (6 min 44 s, npm ci and the promtool download
+# included); go test -short ./... is the 20-to-30-second loop for editing.
 #
-# The end-to-end tests drive bucketd with redis-cli and (for the Redis modes)
-# a real redis-server; the client tests (clients/) use the Redis client
-# libraries themselves: Node.js 20+ with npm for node-redis, ioredis and
-# valkey-glide, and redis-py for the Debian python3; the deployment checks
-# run systemd-analyze. So this script makes sure they are installed: as root
-# with apt-get it installs the Debian packages redis-server, redis-tools,
-# python3-redis and systemd (and nodejs and npm when node is missing);
-# otherwise it stops and says what to install. It runs `npm ci` in
-# clients/node when its node_modules is missing or older than its
-# package-lock.json, and fetches promtool, which evaluates the alerting
-# rules, from Debian's prometheus package. It then sets
-# BUCKETD_REQUIRE_REDIS=1, so a test that needs any of them fails instead of
-# skipping, and runs gofmt, go vet and `go test -race` over every package,
-# then the packages whose memory figures the race detector would distort
-# once more without it (internal/gcfloor: the GC ballast's RSS). The load
-# generator (tools/), the client tests (clients/go) and the deployment
-# checks (deploy/check) are modules of their own, which ./... at the root
-# does not enter: go vet and go test -race run in each of them too.
+# What the tests need, which README.md lists too: Go (the version in
+# go.mod); redis-server and redis-cli (the end-to-end tests, the Redis
+# modes); Node.js 20+ with npm and redis-py (the client tests, clients/, use
+# node-redis, ioredis, valkey-glide and the Debian python3's redis-py);
+# systemd-analyze (the deployment checks, deploy/check); curl (the doc
+# examples); promtool (Prometheus's rule checker, which evaluates the
+# alerting rules). As root with apt-get this script installs the Debian
+# packages redis-server, redis-tools, python3-redis, systemd and curl (and
+# nodejs and npm when node is missing); otherwise it stops and says what to
+# install. It runs `npm ci` in clients/node when its node_modules is
+# missing or older than its package-lock.json, and takes promtool from
+# Debian's prometheus package into a cache directory.
 #
-# FUZZTIME=30s scripts/test.sh also runs every fuzz target for that long
-# (scripts/fuzz.sh).
+# Then it sets BUCKETD_REQUIRE_REDIS=1, so a test that needs any of them
+# fails instead of skipping, and runs these parts, each even when an
+# earlier one failed:
+#   gofmt        gofmt -l over the repository
+#   vet          go vet in every module
+#   root tests   go test -race over every package of the root module
+#   gcfloor      internal/gcfloor once more without -race, whose RSS
+#                figures the race detector would distort
+#   <module> tests  go test -race in each module of its own, which ./... at
+#                the root does not enter: the load generator (tools/), the
+#                client tests (clients/go), the deployment checks
+#                (deploy/check)
+#   fuzz         with FUZZTIME=30s (say), every fuzz target for that long
+#                (scripts/fuzz.sh)
+# The last line says how it went: "test.sh: PASSED (N parts, M min S s)",
+# or "test.sh: FAILED: " and the parts that failed, with exit status 1
+# ("prerequisites" when it stopped before the parts).
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+
+began=$SECONDS
+parts=0
+failed=()
+# stage is what an exit before the summary reports as failed: a missing
+# prerequisite, or the part that was running (an interrupt).
+stage=prerequisites
+trap 'rc=$?; if [ "$rc" != 0 ] && [ -n "$stage" ]; then echo "test.sh: FAILED: $stage"; fi' EXIT
+# An interrupt ends the run, not just the part it hits.
+trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
+
+# took prints the time since $1 (a $SECONDS reading) as "M min S s".
+took() {
+	local d=$((SECONDS - $1))
+	echo "$((d / 60)) min $((d % 60)) s"
+}
+
+# part NAME COMMAND... runs one part and records whether it passed. The
+# command is the condition of an if, where set -e does not reach, so a
+# command of several steps is a function that returns its own status.
+part() {
+	local name=$1 start=$SECONDS
+	shift
+	parts=$((parts + 1))
+	stage=$name
+	if [ "$(type -t "$1")" = function ]; then
+		echo "test.sh: $name"
+	else
+		echo "test.sh: $name: $*"
+	fi
+	if "$@"; then
+		echo "test.sh: $name passed in $(took "$start")"
+	else
+		echo "test.sh: $name FAILED in $(took "$start")"
+		failed+=("$name")
+	fi
+}
+
+# summary prints the last line and exits 1 if a part failed.
+summary() {
+	stage=
+	if [ ${#failed[@]} -gt 0 ]; then
+		local list
+		printf -v list '%s, ' "${failed[@]}"
+		echo "test.sh: FAILED: ${list%, }"
+		exit 1
+	fi
+	echo "test.sh: PASSED ($parts parts, $(took "$began"))"
+}
 
 # python_with_redis succeeds if a python3 the client tests would pick can
 # import redis: $PYTHON, the Debian python (which sees python3-redis even
@@ -43,6 +103,7 @@ missing() {
 	command -v redis-server >/dev/null || echo redis-server
 	command -v redis-cli >/dev/null || echo redis-tools
 	command -v systemd-analyze >/dev/null || echo systemd
+	command -v curl >/dev/null || echo curl
 	python_with_redis || echo python3-redis
 	command -v node >/dev/null || echo nodejs
 	command -v npm >/dev/null || echo npm
@@ -100,29 +161,41 @@ if ! command -v promtool >/dev/null && [ -z "${BUCKETD_PROMTOOL:-}" ]; then
 	export BUCKETD_PROMTOOL=$promtool_dir/promtool
 fi
 
-unformatted=$(gofmt -l .)
-if [ -n "$unformatted" ]; then
-	echo "test.sh: gofmt needed on:" >&2
-	echo "$unformatted" >&2
-	exit 1
-fi
 shopt -s nullglob
 # Modules of their own: the load generator (tools/), the client tests
 # (clients/go) and the deployment checks (deploy/check, which needs the
 # Kubernetes API packages).
 mods=(tools/*/go.mod clients/*/go.mod deploy/*/go.mod)
-go vet ./...
-for mod in "${mods[@]}"; do
-	go -C "$(dirname -- "$mod")" vet ./...
-done
-
 export BUCKETD_REQUIRE_REDIS=1
-go test -race -count=1 -timeout 20m ./...
-go test -count=1 ./internal/gcfloor
-for mod in "${mods[@]}"; do
-	go -C "$(dirname -- "$mod")" test -race -count=1 ./...
-done
 
+check_gofmt() {
+	local unformatted
+	unformatted=$(gofmt -l .) || return 1
+	if [ -n "$unformatted" ]; then
+		echo "test.sh: gofmt needed on:" >&2
+		echo "$unformatted" >&2
+		return 1
+	fi
+}
+
+# vet_all runs go vet in every module and fails if any of them fails.
+vet_all() {
+	local mod rc=0
+	go vet ./... || rc=1
+	for mod in "${mods[@]}"; do
+		go -C "$(dirname -- "$mod")" vet ./... || rc=1
+	done
+	return "$rc"
+}
+
+part gofmt check_gofmt
+part vet vet_all
+part "root tests" go test -race -count=1 -timeout 20m ./...
+part gcfloor go test -count=1 ./internal/gcfloor
+for mod in "${mods[@]}"; do
+	part "$(dirname -- "$mod") tests" go -C "$(dirname -- "$mod")" test -race -count=1 ./...
+done
 if [ -n "${FUZZTIME:-}" ]; then
-	scripts/fuzz.sh
+	part fuzz scripts/fuzz.sh
 fi
+summary

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // startWithFileLimit runs bucketd with its open-file limit (soft and hard)
@@ -36,6 +38,7 @@ var effectiveLine = regexp.MustCompile(`level=WARN msg="[^"]*open-file limit[^"]
 // reached" instead of waiting in the backlog; accept errors, if any, are
 // logged at a bounded rate; /metrics still answers.
 func TestOpenFileLimitBoundsClients(t *testing.T) {
+	testkit.SkipShort(t, "fault injection: the open-file limit exhausted, a second's wait per refused client")
 	const limit, total = 128, 160
 	p := startWithFileLimit(t, limit, "--max-clients", "1000")
 	effective := -1

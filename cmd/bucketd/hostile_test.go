@@ -455,6 +455,7 @@ func isClosedErr(err error) bool {
 // well-framed RESP, and an error for the random bytes. Default
 // --max-query-bytes (64 MiB), the most the guard will buffer.
 func TestHostileRandomBytes(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	const seed, slots, perSlot = 20240605, 8, 1 << 20
 	t.Logf("seed %d, %d slots x %d bytes", seed, slots, perSlot)
 	// The bytes are made before the server starts, so that making them does
@@ -692,6 +693,7 @@ func hostileFrameCases() []hostileFrameCase {
 // where Redis would close it; odd but valid input is answered normally.
 // Default --max-query-bytes (64 MiB).
 func TestHostileMalformedFrames(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	h := startHostile(t)
 	protoBefore := h.info("protocol_errors")
 	closing := 0
@@ -729,6 +731,7 @@ func TestHostileMalformedFrames(t *testing.T) {
 // 3. `*2147483647\r\n` exactly, alone on a connection, under the default and
 // a 1 MiB --max-query-bytes: refused at once, nothing allocated for it.
 func TestHostileHugeMultibulkCount(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	for _, limit := range []int{hostileDefaultQuery, hostileMaxQuery1MiB} {
 		t.Run("max-query-bytes "+strconv.Itoa(limit), func(t *testing.T) {
 			h := startHostile(t, "--max-query-bytes", strconv.Itoa(limit))
@@ -858,6 +861,7 @@ func (w *replyWatcher) wait(t *testing.T, d time.Duration) {
 // --max-query-bytes), the connection closed, so the trickle fails at once.
 // Against the default 64 MiB and against 1 MiB.
 func TestHostileTrickledHugeBulk(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	for _, limit := range []int{hostileDefaultQuery, hostileMaxQuery1MiB} {
 		t.Run("max-query-bytes "+strconv.Itoa(limit), func(t *testing.T) {
 			h := startHostile(t, "--max-query-bytes", strconv.Itoa(limit))
@@ -898,6 +902,7 @@ func TestHostileTrickledHugeBulk(t *testing.T) {
 // as soon as the buffered bytes pass 1 MiB, not before, and not after the
 // whole 4 MB.
 func TestHostileTrickledCommandOverQueryLimit(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	h := startHostile(t, "--max-query-bytes", strconv.Itoa(hostileMaxQuery1MiB))
 	c := testkit.Dial(t, h.p.addr)
 	key := strings.Repeat("k", 1_000_000)
@@ -940,6 +945,7 @@ func TestHostileTrickledCommandOverQueryLimit(t *testing.T) {
 // is answered normally, over RESP, inline and go-redis; other commands with
 // 10,000 arguments get their arity error. --max-query-bytes 1 MiB.
 func TestHostileTenThousandArgs(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	h := startHostile(t, "--max-query-bytes", strconv.Itoa(hostileMaxQuery1MiB))
 	keys := make([]string, 10_000)
 	for i := range keys {
@@ -995,6 +1001,7 @@ func TestHostileTenThousandArgs(t *testing.T) {
 // connection stays usable. Default --max-query-bytes (64 MiB); under a 1 MiB
 // limit the same command does not fit and is a protocol error.
 func TestHostileOneMiBKey(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	key := strings.Repeat("K", 1<<20)
 	t.Run("max-query-bytes default", func(t *testing.T) {
 		h := startHostile(t)
@@ -1055,6 +1062,7 @@ func TestHostileOneMiBKey(t *testing.T) {
 // read: before the fix the command ran and got "-ERR key too long") and in
 // two writes (refused before and after the fix).
 func TestHostileQueryLimitHoldsForCompleteCommands(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	const limit = hostileMaxQuery1MiB
 	const over = 4000
 	// TB.RESET with two long keys, padded to exactly limit+over bytes.
@@ -1121,6 +1129,7 @@ func hostilePipeline(rng *rand.Rand) (data []byte, ends []int, acquires []bool) 
 // server counted no more acquires than complete TB.ACQUIREs were sent.
 // --max-query-bytes 1 MiB.
 func TestHostileDroppedMidCommand(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	const seed, total, parallel = 7, 400, 4
 	// Every connection's bytes, cut and pieces are made before the server
 	// starts.
@@ -1248,6 +1257,7 @@ func TestHostileDroppedMidCommand(t *testing.T) {
 // memory must not grow with the requests sent: each blocked connection
 // costs at most one pipeline's replies. Default --max-query-bytes (64 MiB).
 func TestHostileNonReadingPipeliner(t *testing.T) {
+	testkit.SkipShort(t, "hostile client: an attack of a second or more while latency and memory are measured")
 	h := startHostile(t)
 	d := net.Dialer{Timeout: 2 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error

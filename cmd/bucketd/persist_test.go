@@ -81,9 +81,7 @@ func (p *process) rss(t *testing.T) int64 {
 // (built without the race detector) grows by less than 32 MiB, where
 // 500,000 live buckets would need over 50 MiB; the evictions are counted.
 func TestMaxBucketsBoundsMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("creates 500,000 buckets; run without -short")
-	}
+	testkit.SkipShort(t, "memory bound: creates 500,000 buckets")
 	const budget = 32 << 20
 	p := startPlainBinary(t, "--max-buckets", "50000")
 	c := p.client(t)

@@ -21,6 +21,7 @@ import (
 // the new one. The failovers under load, with their figures, are tested
 // in internal/replica and internal/redisstore.
 func TestSentinelURLsWithTheBinary(t *testing.T) {
+	testkit.SkipShort(t, "Sentinel: a failover after kill -9 of the master")
 	sen := redistest.StartSentinel(t, 1)
 	url := sen.URL("")
 	old := sen.Master()

@@ -155,6 +155,7 @@ func startUntil(cmd *exec.Cmd, stopAt string) (string, error) {
 // how many buckets were not saved and which older snapshot the next start
 // loads. That start loads it and logs its age.
 func TestFailedFinalSnapshotExitsNonZero(t *testing.T) {
+	testkit.SkipShort(t, "fault injection: a data directory turned read-only, periodic snapshots failing in real time")
 	sb := newPermissionSandbox(t)
 	dir := sb.dir(t, "data")
 	ctx := context.Background()
@@ -230,9 +231,7 @@ func TestFailedFinalSnapshotExitsNonZero(t *testing.T) {
 // copy of all buckets. A kill -9 in the middle of one leaves a temporary
 // file, which the next start removes, loading the snapshot before it.
 func TestSnapshotStreamsInBoundedMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes 1,000,000 buckets; run without -short")
-	}
+	testkit.SkipShort(t, "memory bound: writes 1,000,000 buckets")
 	const buckets = 1_000_000
 	dir := t.TempDir()
 	ctx := context.Background()

@@ -56,6 +56,7 @@ func TestTwoStoreInstancesShareLimits(t *testing.T) {
 // TestStoreClusterSharesLimits: the same against a three-master Redis
 // Cluster, with a {hash tag} key.
 func TestStoreClusterSharesLimits(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	cl := redistest.StartCluster(t, 3)
 	nodes := strings.Join(cl.Addrs(), ",")
 	a := startBinary(t, "--store-cluster", nodes, "--redis-timeout", "5s") // see TestTwoStoreInstancesShareLimits

@@ -123,6 +123,7 @@ type groupStats struct {
 // are PERSISTed after each check (as in TestDifferentialRedis), so a
 // denied group, which writes nothing, must leave PTTL -1.
 func TestDifferentialRedisGroups(t *testing.T) {
+	t.Parallel() // its own redis-server
 	ctx := context.Background()
 	rdb, g, seed := startDifferential(t, "group", 0x67726f7570)
 	g.keys = g.keys[:0]
@@ -130,7 +131,7 @@ func TestDifferentialRedisGroups(t *testing.T) {
 		g.keys = append(g.keys, fmt.Sprintf("group:{%d}", i))
 	}
 	check := diffModel{}
-	total := *diffOps / 4
+	total := diffTotal() / 4
 	var st groupStats
 	mismatches := 0
 	for st.groups < total {

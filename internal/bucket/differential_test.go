@@ -21,8 +21,20 @@ import (
 
 var (
 	diffSeed = flag.Uint64("bucket.diffseed", 0, "seed of TestDifferentialRedis (0: a new one, logged)")
-	diffOps  = flag.Int("bucket.diffops", 50000, "operations of TestDifferentialRedis")
+	diffOps  = flag.Int("bucket.diffops", 50000, "operations of TestDifferentialRedis (under -short a tenth, unless given)")
 )
+
+// diffTotal is the operations of TestDifferentialRedis (the batch and
+// group tests run a share of them): -bucket.diffops, whose default the
+// inner loop (-short) cuts to a tenth; the full suite runs them all.
+func diffTotal() int {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "bucket.diffops" })
+	if testing.Short() && !given {
+		return *diffOps / 10
+	}
+	return *diffOps
+}
 
 type diffKind int
 
@@ -340,13 +352,14 @@ func startDifferential(t *testing.T, prefix string, stream uint64) (*redis.Clien
 }
 
 func TestDifferentialRedis(t *testing.T) {
+	t.Parallel() // its own redis-server
 	ctx := context.Background()
 	rdb, g, seed := startDifferential(t, "diff", 0x6275636b657464)
 	check := diffModel{} // the Go side, as Redis should hold it
 
 	const batch = 250
 	var st diffStats
-	mismatches, total := 0, *diffOps
+	mismatches, total := 0, diffTotal()
 	prevNow := g.now
 	for done := 0; done < total; done += batch {
 		ops := make([]diffOp, min(batch, total-done))
@@ -526,10 +539,11 @@ func checkReply(v any, want bucket.Decision, fail func(string, ...any)) {
 // PTTL of every key after each batch equal to the Go math applied one
 // operation at a time.
 func TestDifferentialRedisBatch(t *testing.T) {
+	t.Parallel() // its own redis-server
 	ctx := context.Background()
 	rdb, g, seed := startDifferential(t, "batch", 0x6261746368)
 	check := diffModel{}
-	total := *diffOps / 2
+	total := diffTotal() / 2
 	mismatches, batches, largest := 0, 0, 0
 	for done := 0; done < total; {
 		ops := make([]diffOp, min(1+g.r.IntN(24), total-done))

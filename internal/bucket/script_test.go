@@ -354,6 +354,7 @@ func TestScriptBadInput(t *testing.T) {
 // Redis Cluster through go-redis' Script.Run (EVALSHA, falling back to EVAL
 // on a node that has not loaded it), and answers as Go does.
 func TestScriptRunOnCluster(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	ctx := context.Background()
 	cc := redistest.StartCluster(t, 3).Client()
 	script := redis.NewScript(bucket.Script)

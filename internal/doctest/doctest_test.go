@@ -69,12 +69,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 // repoRoot is the repository; bucketdBin the binary TestMain built;
@@ -185,7 +188,8 @@ func checkMarks(b *block) error {
 	return nil
 }
 
-// TestDocs runs every session, in parallel.
+// TestDocs runs every session, in parallel; under -short, only those that
+// pause less than a second in all.
 func TestDocs(t *testing.T) {
 	redisCLI = redistest.CLIBinary(t)
 	if _, err := exec.LookPath("bash"); err != nil {
@@ -194,9 +198,16 @@ func TestDocs(t *testing.T) {
 	all, skips := allSessions(t)
 	var mu sync.Mutex
 	retried := map[string]int{}
+	var leftOut []string // under -short
 	t.Run("session", func(t *testing.T) {
 		for _, s := range all {
 			t.Run(strings.ReplaceAll(s.String(), "/", "_"), func(t *testing.T) {
+				if p := s.pauses(); p >= time.Second {
+					if testing.Short() {
+						leftOut = append(leftOut, s.String()) // sequential: before t.Parallel
+					}
+					testkit.SkipShort(t, fmt.Sprintf("the session pauses %v in real time", p))
+				}
 				t.Parallel()
 				if n := runSession(t, s); n > 1 {
 					mu.Lock()
@@ -206,7 +217,7 @@ func TestDocs(t *testing.T) {
 			})
 		}
 	})
-	logSummary(t, all, skips, retried)
+	logSummary(t, all, skips, retried, leftOut)
 }
 
 // maxRuns bounds the runs of a session that keeps failing slowly.
@@ -242,13 +253,18 @@ func runOnce(e *env) error {
 }
 
 // logSummary reports what ran and what was skipped, and why.
-func logSummary(t *testing.T, all []*session, skips []skipped, retried map[string]int) {
+func logSummary(t *testing.T, all []*session, skips []skipped, retried map[string]int, leftOut []string) {
 	blocks := 0
 	for _, s := range all {
-		blocks += len(s.blocks)
+		if !slices.Contains(leftOut, s.String()) {
+			blocks += len(s.blocks)
+		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d example sessions found: %d run (%d blocks), %d skipped\n", len(all)+len(skips), len(all), blocks, len(skips))
+	fmt.Fprintf(&b, "%d example sessions found: %d run (%d blocks), %d skipped\n", len(all)+len(skips), len(all)-len(leftOut), blocks, len(skips))
+	if len(leftOut) > 0 {
+		fmt.Fprintf(&b, "  left out under -short (they pause a second or more): %s\n", strings.Join(leftOut, ", "))
+	}
 	sort.Slice(skips, func(i, j int) bool { return skips[i].b.String() < skips[j].b.String() })
 	for _, s := range skips {
 		fmt.Fprintf(&b, "  skipped %s: %s\n", s.b, s.reason)

@@ -197,3 +197,26 @@ func serverStart(cmd string) (env, args []string, ok bool) {
 	}
 	return env, args, true
 }
+
+// pauses is the real time a session waits on purpose: the narrated pauses
+// of its transcripts and the sleep commands of its shell blocks. Under
+// -short TestDocs leaves out a session that pauses a second or more.
+func (s *session) pauses() time.Duration {
+	var d time.Duration
+	for _, b := range s.blocks {
+		if b.kind == transcript {
+			steps, _ := transcriptSteps(b) // a transcript that does not parse fails when it runs
+			for _, st := range steps {
+				d += st.pause
+			}
+			continue
+		}
+		for _, st := range shellSteps(b) {
+			if m := sleepCmd.FindStringSubmatch(st.cmd); m != nil {
+				p, _ := time.ParseDuration(m[1] + "s") // the pattern admits only a number
+				d += p
+			}
+		}
+	}
+	return d
+}

@@ -136,6 +136,23 @@ func TestTranscriptSteps(t *testing.T) {
 	}
 }
 
+// TestSessionPauses: a session's pauses add its transcripts' narrated
+// waits and its shell blocks' sleep commands, which is what -short goes by.
+func TestSessionPauses(t *testing.T) {
+	blocks, err := parseMarkdown("x.md", "<!-- doctest: run -->\n```console\n$ bucketd &\n$ sleep 1.5   # a write\n$ redis-cli PING\nPONG\n```\n"+
+		"<!-- doctest: continue -->\n```\n127.0.0.1:6380> PING\nPONG\n          (2 s later)\n127.0.0.1:6380> PING\nPONG\n          (250 ms after that)\n127.0.0.1:6380> PING\nPONG\n```\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _, err := sessions(blocks)
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("%d sessions, %v; want 1", len(ss), err)
+	}
+	if got, want := ss[0].pauses(), 3750*time.Millisecond; got != want {
+		t.Fatalf("pauses %v, want %v", got, want)
+	}
+}
+
 func TestCompare(t *testing.T) {
 	m := marks{about: []approx{{"3996", 100}, {"1000000", 100}}, any: []string{"3", "22362"}}
 	want := []string{

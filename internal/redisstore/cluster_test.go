@@ -53,6 +53,7 @@ func slotAndOwner(t *testing.T, cl *redistest.Cluster, stored string) (int, int)
 // master has no script (SCRIPT FLUSH), so the resent call gets NOSCRIPT and
 // is sent once more as EVAL.
 func TestClusterFollowsMovedAndAsk(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	cl := redistest.StartCluster(t, 3)
 	s := startStore(t, cl.Client(clusterOptions()), Config{Prefix: "tb:", Timeout: exactTimeout})
 	loadScript(t, s) // the store's slot map is now the one before the moves
@@ -133,6 +134,7 @@ func checkStoredOn(t *testing.T, clients []*redis.Client, key string, want int, 
 // new one; many connections meanwhile (under -race) show that a lane
 // retiring never loses or double-answers an operation.
 func TestClusterLanesRetireWhenIdle(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	cl := redistest.StartCluster(t, 3)
 	s := startStore(t, cl.Client(clusterOptions()), Config{Prefix: "tb:", Timeout: exactTimeout})
 	s.laneIdle = 5 * time.Millisecond // before any lane exists
@@ -193,6 +195,7 @@ func TestClusterLanesRetireWhenIdle(t *testing.T) {
 // ready whenever the dispatcher looks, as a loaded machine does with the
 // minute.
 func TestClusterLaneRetiresOnce(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	cl := redistest.StartCluster(t, 3)
 	s := startStore(t, cl.Client(clusterOptions()), Config{Prefix: "tb:", Timeout: exactTimeout})
 	s.laneIdle = time.Nanosecond // before any lane exists
@@ -216,6 +219,7 @@ func TestClusterLaneRetiresOnce(t *testing.T) {
 // the timeout bound, and the store keeps asking for the map in the
 // background without stalling anyone.
 func TestClusterUnreachable(t *testing.T) {
+	testkit.SkipShort(t, "fault injection: timeouts against cluster nodes that do not answer")
 	cc := redis.NewClusterClient(ClusterClientOptions([]string{freeAddr(t), freeAddr(t)}))
 	t.Cleanup(func() { _ = cc.Close() })
 	s := startStore(t, cc, Config{Prefix: "tb:"})

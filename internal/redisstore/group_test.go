@@ -172,6 +172,7 @@ func scriptCalls(t *testing.T, cl *redistest.Cluster) int64 {
 // call on the master of the tag's slot, all or nothing; the store's slot
 // is Redis's for tricky keys.
 func TestGroupCluster(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(clusterOptions())
@@ -377,6 +378,7 @@ func TestGroupAnsweredOnce(t *testing.T) {
 // exactly its capacity, and every user bucket lost exactly one token per
 // group granted: a denied group takes nothing.
 func TestGroupNeverOverGrants(t *testing.T) {
+	t.Parallel() // its own Redis and Redis Cluster, which takes 2 s to form
 	for _, cluster := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
 			var client redis.UniversalClient

@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +15,26 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 )
+
+// shortParallel is how many tests run at once under -short (unless
+// -parallel says otherwise): seven tests form a Redis Cluster of their own,
+// which waits 2 s on Redis using no CPU, and at the default of one test per
+// CPU they would queue two by two; eight let them all form at once. The
+// full suite keeps the default: under -race their bursts of clients need
+// the CPUs.
+const shortParallel = 8
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if testing.Short() && !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(shortParallel)); err != nil {
+			panic(err) // the testing package defines the flag
+		}
+	}
+	os.Exit(m.Run())
+}
 
 // storeOptions are ClientOptions' settings (the address is the test's).
 func storeOptions() *redis.Options {

@@ -41,6 +41,7 @@ type sentinelOp struct {
 // (time to the first answer from the new master, answers by source,
 // slowest answer) are logged; docs/history.md quotes them.
 func TestSentinelFailover(t *testing.T) {
+	testkit.SkipShort(t, "Sentinel: failovers under load")
 	for _, tc := range []struct {
 		name     string
 		down     func(*redistest.Server)

@@ -369,6 +369,7 @@ func TestTwoStoresShareLimits(t *testing.T) {
 // the master that owns the tag's slot. The script is not loaded
 // beforehand: each master answers NOSCRIPT once and gets it by EVAL.
 func TestClusterSharesLimits(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
 	var stores []*Store
@@ -594,6 +595,7 @@ func firstRedisAnswer(t *testing.T, s *Store, l bucket.Limit) bucket.Decision {
 }
 
 func TestRedisKilledAndRestarted(t *testing.T) {
+	testkit.SkipShort(t, "Redis failure: kill -9 and a restart")
 	srv := redistest.Start(t)
 	rdb := srv.Client(storeOptions())
 	s := startStore(t, rdb, Config{Prefix: "tb:", FailOpen: true})

@@ -261,6 +261,7 @@ func TestRunIsolatedTimesOut(t *testing.T) {
 // and nothing runs, and through bucketd's protocol front EXEC answers
 // Redis Cluster's CROSSSLOT error, as a cluster does.
 func TestRunIsolatedCluster(t *testing.T) {
+	t.Parallel() // a Redis Cluster of its own, which takes 2 s to form
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(clusterOptions())

@@ -11,7 +11,8 @@
 //
 // Every function and method that takes or holds a testing.TB reports
 // problems with t.Fatal, so call them from the test's own goroutine.
-// StartCluster needs Redis 7.0 or later (it sets cluster-port) and redis-cli.
+// StartCluster needs Redis 7.0 or later (it sets cluster-port and uses
+// CLUSTER ADDSLOTSRANGE).
 package redistest
 
 import (
@@ -98,6 +99,7 @@ type Server struct {
 
 	t       testing.TB
 	bin     string
+	busPort int      // a cluster node's --cluster-port; 0 outside a cluster
 	conf    string   // a Sentinel's config file, which redis-server rewrites; "" for a server
 	extra   []string // arguments after the common ones
 	logFrom int64    // where the log of the latest run starts
@@ -155,7 +157,8 @@ func (s *Server) run(extraArgs []string, bus bool) {
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 		s.extra = extraArgs
 		if bus {
-			s.extra = append([]string{"--cluster-port", strconv.Itoa(freePort(t))}, extraArgs...)
+			s.busPort = freePort(t)
+			s.extra = append([]string{"--cluster-port", strconv.Itoa(s.busPort)}, extraArgs...)
 		}
 		if err = s.launch(); !errors.Is(err, errPortTaken) {
 			break
@@ -461,20 +464,23 @@ type Cluster struct {
 	t     testing.TB
 }
 
-// StartCluster starts masters (at least 3, as redis-cli requires) redis-server
-// processes with cluster mode on, each with its nodes.conf in its own
-// temporary directory, joins them with `redis-cli --cluster create
-// ... --cluster-replicas 0 --cluster-yes`, and waits until every node says
-// cluster_state:ok. The test's cleanup kills them. extraArgs are appended
-// to every node's command line, after the defaults, so they override them:
-// "--cluster-node-timeout", "60000" keeps a killed master's slots assigned
-// to it (and the cluster ok) for a minute instead of 5 s.
+// StartCluster starts masters (at least 3, as Redis Cluster requires)
+// redis-server processes with cluster mode on, each with its nodes.conf in
+// its own temporary directory, and joins them: the 16384 slots split in
+// equal ranges in node order (as `redis-cli --cluster create` splits them),
+// a distinct config epoch each, a CLUSTER MEET from the first node to the
+// others. It waits until every node knows every other and says
+// cluster_state:ok, which a fresh master does no sooner than 2 s after it
+// started (Redis's CLUSTER_WRITABLE_DELAY). The test's cleanup kills them.
+// extraArgs are appended to every node's command line, after the
+// defaults, so they override them: "--cluster-node-timeout", "60000" keeps
+// a killed master's slots assigned to it (and the cluster ok) for a minute
+// instead of 5 s.
 func StartCluster(t testing.TB, masters int, extraArgs ...string) *Cluster {
 	t.Helper()
 	if masters < 3 {
 		t.Fatalf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
 	}
-	cli := CLIBinary(t)
 	c := &Cluster{t: t}
 	for range masters {
 		args := []string{
@@ -485,17 +491,41 @@ func StartCluster(t testing.TB, masters int, extraArgs ...string) *Cluster {
 		n := start(t, append(args, extraArgs...), true)
 		c.Nodes = append(c.Nodes, n)
 	}
-	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
+	c.join(ctx)
 	c.waitOK(ctx)
 	return c
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// join gives each node its share of the slots and its own config epoch,
+// then makes every node meet every other: a node that only heard of
+// another through gossip can take seconds longer to reach cluster_state:ok.
+func (c *Cluster) join(ctx context.Context) {
+	c.t.Helper()
+	clients := make([]*redis.Client, len(c.Nodes))
+	for i, n := range c.Nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		defer clients[i].Close() //nolint:errcheck // one-off clients; the test fails on what matters
+		lo, hi := i*clusterSlots/len(c.Nodes), (i+1)*clusterSlots/len(c.Nodes)-1
+		err := clients[i].Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+		if err == nil {
+			err = clients[i].Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err()
+		}
+		if err != nil {
+			c.t.Fatalf("redistest: giving node %s the slots %d-%d: %v", n.Addr, lo, hi, err)
+		}
+	}
+	for i := range c.Nodes {
+		for _, n := range c.Nodes[i+1:] {
+			if err := clients[i].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.Port, n.busPort).Err(); err != nil {
+				c.t.Fatalf("redistest: CLUSTER MEET %s from %s: %v", n.Addr, c.Nodes[i].Addr, err)
+			}
+		}
+	}
 }
 
 // Addrs returns the nodes' addresses.
@@ -507,16 +537,18 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// waitOK polls CLUSTER INFO on every node until all say cluster_state:ok.
+// waitOK polls CLUSTER INFO on every node until all say cluster_state:ok
+// and know every node.
 func (c *Cluster) waitOK(ctx context.Context) {
 	c.t.Helper()
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
+	known := fmt.Sprintf("cluster_known_nodes:%d\r\n", len(c.Nodes))
 	for _, n := range c.Nodes {
 		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
 		for {
 			info, err := rdb.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
+			if err == nil && strings.Contains(info, "cluster_state:ok\r\n") && strings.Contains(info, known) {
 				break
 			}
 			select {

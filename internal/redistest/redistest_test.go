@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketd/bucketd/internal/redistest"
+	"github.com/bucketd/bucketd/internal/testkit"
 )
 
 func TestStartAnswersAndRestartKeepsThePort(t *testing.T) {
@@ -85,6 +86,7 @@ func TestTwoServersGetTwoPorts(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel() // a cluster takes 2 s to form, mostly waiting
 	ctx := context.Background()
 	c := redistest.StartCluster(t, 3)
 	if len(c.Nodes) != 3 {
@@ -113,6 +115,7 @@ func TestCluster(t *testing.T) {
 }
 
 func TestSentinelFailsOver(t *testing.T) {
+	testkit.SkipShort(t, "Sentinel: a failover after kill -9 of the master")
 	ctx := context.Background()
 	start := time.Now()
 	s := redistest.StartSentinel(t, 3)

@@ -78,6 +78,7 @@ func (l *logLines) count(text string) int {
 // maxmemory 0) the copy converges to memory: from the puts that waited, or,
 // where more were refused than the Replicator keeps, by a resync.
 func TestRedisOutOfMemoryNeitherBlocksDeletionsNorStalls(t *testing.T) {
+	testkit.SkipShort(t, "OOM: Redis at its maxmemory for seconds")
 	for _, tc := range []struct {
 		name     string
 		capacity int // Config.Capacity: how many refused puts wait

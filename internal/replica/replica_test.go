@@ -230,6 +230,7 @@ func TestRestartLoadsDrainedKeys(t *testing.T) {
 // decisions go on at full speed; after it resumes, the copy converges, even
 // though the tracking capacity overflowed meanwhile (full resync).
 func TestRedisPausedNeitherBlocksNorLoses(t *testing.T) {
+	testkit.SkipShort(t, "Redis failure: Redis paused for 1.5 s under load")
 	srv := redistest.Start(t)
 	f := newFixture(t, srv, 64) // small: the outage overflows it
 	ctx, cancel := context.WithCancel(context.Background())
@@ -412,6 +413,7 @@ func connected(t *testing.T, c *redis.Client, id int64) bool {
 // tb:k back, as the guard cannot stop it (a deleted key has no ts), and the
 // reconciles that follow a failed write remove it again.
 func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
+	testkit.SkipShort(t, "fault injection: a write held 1.5 s by a proxy")
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -447,6 +449,7 @@ func TestLateWriteOfAnAbandonedPipelineIsUndone(t *testing.T) {
 // held put never runs: tb:k stays absent the whole time, with no reconcile
 // needed.
 func TestFenceStopsALateWrite(t *testing.T) {
+	testkit.SkipShort(t, "fault injection: a write held 1.5 s by a proxy")
 	srv := redistest.Start(t)
 	f, abandoned := lateWriteSetup(t, srv, &replica.Fence{})
 	ctx := context.Background()

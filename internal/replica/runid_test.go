@@ -22,6 +22,7 @@ import (
 // at the first write attempt (no run_id learnt), comes back, takes a
 // write, and restarts empty; the key must come back.
 func TestRunIDKnownBeforeTheFirstWrite(t *testing.T) {
+	testkit.SkipShort(t, "Redis failure: kill -9 and restarts of Redis")
 	const check = 2 * time.Second // longer than the steps below take
 	srv := redistest.Start(t)
 	group := shard.New(shard.Config{Shards: 2, TrackChanges: 1024})

@@ -35,6 +35,7 @@ var (
 // state through the Sentinels too. The figures (failover, first write on
 // the new master, full copy) are logged; docs/history.md quotes them.
 func TestSentinelFailoverResumesReplication(t *testing.T) {
+	testkit.SkipShort(t, "Sentinel: a failover under replication")
 	sen := redistest.StartSentinel(t, 3)
 	old := sen.Master()
 	group := shard.New(shard.Config{Shards: 4, TrackChanges: 1 << 16})

@@ -1,7 +1,8 @@
 // Package testkit is what bucketd's tests share: a clock the test moves by
 // hand, one polling helper, one reader of a process's resident memory, one
-// raw RESP client for what a Redis library cannot send or does not show, and
-// a burst of racing go-redis clients for limits shared under contention.
+// raw RESP client for what a Redis library cannot send or does not show, a
+// burst of racing go-redis clients for limits shared under contention, and
+// SkipShort, the one way a test stays out of `go test -short`.
 // Package testserver, below it, runs a bucketd protocol server on
 // 127.0.0.1:0 on that clock.
 //

@@ -89,6 +89,21 @@ func TestPollAndEventually(t *testing.T) {
 	}
 }
 
+// TestSkipShort: SkipShort skips exactly under -short, and its message
+// names the reason and where the test runs instead.
+func TestSkipShort(t *testing.T) {
+	reached := false
+	var sub *testing.T
+	t.Run("sub", func(t *testing.T) {
+		sub = t
+		SkipShort(t, "fault injection")
+		reached = true
+	})
+	if sub.Skipped() != testing.Short() || reached == testing.Short() {
+		t.Fatalf("-short %v: skipped %v, went on %v", testing.Short(), sub.Skipped(), reached)
+	}
+}
+
 func TestReadMemoryOfThisProcess(t *testing.T) {
 	m, err := ReadMemory(os.Getpid())
 	if _, statErr := os.Stat("/proc/self/status"); statErr != nil {
