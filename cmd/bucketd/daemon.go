@@ -225,6 +225,7 @@ func (d *daemon) shutdown(serveErr <-chan error) error {
 		d.logger.Warn("serve ended with an error", "err", err)
 	}
 	d.bg.stop()
+	d.rl.flushLog() // no reload runs any more: the counts held back are written
 	err := d.b.finish(ctx)
 	d.stopMetrics(ctx)
 	d.logger.Info("stopped")
