@@ -75,8 +75,9 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 	if d.srv, err = resp.NewServer(serverCfg); err != nil {
 		return nil, err
 	}
-	rl.srv = d.srv
+	rl.srv, rl.decisions = d.srv, policyDecisions(d.srv)
 	d.srv.SetPolicies(cfg.Policies)
+	rl.markUse()
 	return d, nil
 }
 
