@@ -57,7 +57,7 @@ func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 	b := &buckets{mode: "memory", group: shard.New(groupCfg)}
 	b.limiter = b.group.Limiter()
 	if cfg.DataDir != "" {
-		b.keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: b.group, Logger: logger}
+		b.keeper = &snapshot.Keeper{Dir: cfg.DataDir, Group: b.group, Logger: logger, MaxKeyBytes: cfg.MaxKeyBytes}
 		if err := b.keeper.Restore(ctx, cfg.IgnoreCorruptSnapshot); err != nil {
 			b.close()
 			return nil, err
@@ -70,6 +70,8 @@ func openMemory(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			Capacity: cfg.ReplicateQueue,
 			Interval: cfg.ReplicateInterval,
 			Logger:   logger,
+
+			MaxKeyBytes: cfg.MaxKeyBytes,
 		})
 		if err != nil {
 			b.close()

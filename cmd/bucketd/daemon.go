@@ -86,8 +86,9 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 	if err != nil {
 		return nil, err
 	}
-	rl.cmds = d.cmds
+	rl.cmds, rl.decisions = d.cmds, policyDecisions(d.cmds)
 	d.cmds.SetPolicies(cfg.Policies)
+	rl.markUse()
 	return d, nil
 }
 
@@ -236,6 +237,7 @@ func (d *daemon) shutdown(serveErr <-chan error) error {
 		d.logger.Warn("serve ended with an error", "err", err)
 	}
 	d.bg.stop()
+	d.rl.flushLog() // no reload runs any more: the counts held back are written
 	err := d.b.finish(ctx)
 	d.stopMetrics(ctx)
 	d.logger.Info("stopped")

@@ -220,7 +220,7 @@ func TestFailedFinalSnapshotExitsNonZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	p3 := start()
-	if !regexp.MustCompile(`msg="loaded snapshot" .* buckets=\d+ read=\d+ evicted=0 age=[0-9hms]+ `).MatchString(p3.stderr.String()) {
+	if !regexp.MustCompile(`msg="loaded snapshot" .* buckets=\d+ read=\d+ evicted=0 clamped=0 limits_capped=0 long_keys=0 age=[0-9hms]+ `).MatchString(p3.stderr.String()) {
 		t.Fatalf("the load does not give the snapshot's age:\n%s", p3.stderr)
 	}
 }

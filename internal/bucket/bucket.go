@@ -2,9 +2,15 @@ package bucket
 
 import "math"
 
+// MaxValue is the largest capacity, rate and cost a call may give (1e15):
+// it keeps every figure well inside float64's exact integers and every
+// reply's milliseconds inside int64. What loads buckets from outside (a
+// snapshot, the Redis copy) holds them to it as the commands do.
+const MaxValue = 1e15
+
 // Limit is the shape of a bucket as one call gives it: at most Capacity
 // tokens, refilled continuously at Rate tokens per second. Callers validate
-// both as finite, > 0 and <= 1e15; Limit does no checking of its own.
+// both as finite, > 0 and <= MaxValue; Limit does no checking of its own.
 type Limit struct {
 	Capacity float64
 	Rate     float64 // tokens per second

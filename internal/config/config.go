@@ -13,7 +13,9 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,6 +56,11 @@ type Config struct {
 	SnapshotInterval      time.Duration // >= 1s
 	IgnoreCorruptSnapshot bool          // start empty instead of refusing a corrupt snapshot
 
+	// ReloadAllowEmpty lets a reload apply a file that looks caught in the
+	// middle of a rewrite (see Reload). Applies live on reload, so the
+	// file itself may set it.
+	ReloadAllowEmpty bool
+
 	// Policies maps a policy name to its limits; empty (not nil) when the
 	// file names none. Applies live on reload.
 	Policies map[string]policy.Policy
@@ -64,6 +71,9 @@ type Config struct {
 
 	in      inputs
 	sources map[string]string // setting name -> label of the source that set it last
+	// fileCut reports that the file, as read, did not end with a newline:
+	// a file being written may have been read up to the middle of a line.
+	fileCut bool
 }
 
 // inputs are what Load fixes once and every Reload reuses.
@@ -174,14 +184,30 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 // from c, so the caller can log that a restart is needed; the returned
 // Config can be reloaded again and reports them again until the restart.
 //
-// On error (an unreadable or invalid file, an invalid environment variable)
-// it returns c unchanged and the error; the caller keeps running with c.
-// Pass the same getenv as to Load.
+// A file that may have been read in the middle of a rewrite (truncated,
+// then written: `cat new > bucketd.yaml`, an editor that saves in place)
+// is refused when applying it would remove any of c's policies: one that
+// names no policy (empty so far, or cut before its first policy), or one
+// whose last line has no newline (cut in the middle of a line). Otherwise
+// a reload racing a rewrite would replace the policies with none or with
+// a few, and every call naming the others would fail until the next
+// reload. ReloadAllowEmpty, from any source including that file, lets such
+// a file through. A file cut at the end of a line that still names a
+// policy is not told apart from one written that way on purpose: the
+// remedy is to write the file atomically, to a temporary name renamed
+// over it.
+//
+// On error (an unreadable or invalid file, an invalid environment
+// variable, a file refused as above) it returns c unchanged and the error;
+// the caller keeps running with c. Pass the same getenv as to Load.
 func (c Config) Reload(getenv func(string) string) (next Config, restart []string, err error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	n, err := c.load(getenv)
+	if err == nil {
+		err = c.checkRewrite(n)
+	}
 	if err != nil {
 		return c, nil, err
 	}
@@ -194,11 +220,12 @@ func (c Config) Reload(getenv func(string) string) (next Config, restart []strin
 	next = c
 	next.LogLevel = n.LogLevel
 	next.Policies = n.Policies
+	next.ReloadAllowEmpty = n.ReloadAllowEmpty
 	next.sources = maps.Clone(c.sources)
 	if next.sources == nil {
 		next.sources = map[string]string{}
 	}
-	for _, name := range []string{"log-level", "policies"} {
+	for _, name := range []string{"log-level", "policies", "reload-allow-empty"} {
 		if v, ok := n.sources[name]; ok {
 			next.sources[name] = v
 		} else {
@@ -206,6 +233,45 @@ func (c Config) Reload(getenv func(string) string) (next Config, restart []strin
 		}
 	}
 	return next, restart, nil
+}
+
+// checkRewrite refuses next, read by a reload of c, when its file may be
+// one caught in the middle of a rewrite and applying it would remove
+// policies of c (see Reload).
+func (c Config) checkRewrite(next Config) error {
+	if next.ReloadAllowEmpty {
+		return nil
+	}
+	var removed []string
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		if _, ok := next.Policies[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	var why string
+	switch {
+	case len(removed) == 0:
+		return nil
+	case len(next.Policies) == 0:
+		why = "names no policies"
+	case next.fileCut:
+		why = "does not end with a newline (it may have been read in the middle of a line)"
+	default:
+		return nil
+	}
+	return fmt.Errorf("config file %s %s, and applying it would remove the policies in force %s: "+
+		"a file read in the middle of a rewrite looks like this; "+
+		"write the file under a temporary name and rename it over %s (docs/configuration.md#write-the-file-atomically), "+
+		"or, to apply such a file on purpose, put reload-allow-empty: true in it or start bucketd with --reload-allow-empty",
+		c.File, why, names(removed), c.File)
+}
+
+// names lists policy names for a message, the first ten of them.
+func names(list []string) string {
+	if len(list) > 10 {
+		return strings.Join(list[:10], ", ") + fmt.Sprintf(" and %d more", len(list)-10)
+	}
+	return strings.Join(list, ", ")
 }
 
 // load builds a Config from the defaults, c.File, getenv and c.in.flags.
@@ -236,6 +302,7 @@ func (c Config) load(getenv func(string) string) (Config, error) {
 			n.Policies = f.policies
 			n.sources["policies"] = fmt.Sprintf("%s:%d", n.File, f.policiesLine)
 		}
+		n.fileCut = f.cut
 	}
 	for i := range settings {
 		s := &settings[i]

@@ -77,6 +77,7 @@ func TestDefaults(t *testing.T) {
 		"data-dir":                "",
 		"snapshot-interval":       "1m0s",
 		"ignore-corrupt-snapshot": "false",
+		"reload-allow-empty":      "false",
 	}
 	got := dump(c)
 	if len(got) != len(want) {
@@ -541,6 +542,56 @@ func TestReload(t *testing.T) {
 		}
 		if !slices.Equal(restart, []string{"idle-timeout"}) || next.LogLevel != slog.LevelError || next.File != file {
 			t.Errorf("restart %q, level %v, file %q", restart, next.LogLevel, next.File)
+		}
+	})
+	t.Run("a file caught in a rewrite keeps the policies", func(t *testing.T) {
+		const two = "log-level: info\npolicies:\n  api: {capacity: 10, rate: 1}\n  web: {capacity: 3, rate: 3}\n"
+		for _, step := range []struct {
+			file, flag string
+			refused    bool
+		}{
+			// What a reload reads while the file is truncated, then written:
+			{"", "", true},                  // nothing yet
+			{"log-level: info\n", "", true}, // no policies key yet
+			{"log-level: info\npolicies:\n", "", true},
+			{"log-level: info\npolicies: {}\n", "", true},
+			{"log-level: info\npolicies:\n  api: {capacity: 10, rate: 1}", "", true}, // cut short: web is missing
+			// What an operator writes on purpose:
+			{"log-level: info\npolicies:\n  api: {capacity: 10, rate: 1}\n", "", false}, // complete: web goes
+			{"reload-allow-empty: true\n", "", false},
+			{"", "--reload-allow-empty", false},
+			{"policies:\n  api: {capacity: 10, rate: 1}\n  web: {capacity: 3, rate: 3}", "", false}, // no final newline, but nothing removed
+		} {
+			file := writeFile(t, two)
+			args := []string{"--config", file}
+			if step.flag != "" {
+				args = append(args, step.flag)
+			}
+			c := mustLoad(t, args, nil)
+			rewrite(t, file, step.file)
+			next, _, err := c.Reload(nil)
+			if !step.refused {
+				if err != nil {
+					t.Errorf("%q %s: %v", step.file, step.flag, err)
+				}
+				continue
+			}
+			if err == nil || len(next.Policies) != 2 {
+				t.Errorf("%q: err %v, policies %v; want the reload refused and both policies kept", step.file, err, next.Policies)
+				continue
+			}
+			for _, want := range []string{file, "would remove", "rename it over", "reload-allow-empty"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q: error %q lacks %q", step.file, err, want)
+				}
+			}
+		}
+		// Without policies in force, an empty file takes nothing away.
+		file := writeFile(t, "log-level: info\n")
+		c := mustLoad(t, []string{"--config", file}, nil)
+		rewrite(t, file, "")
+		if _, _, err := c.Reload(nil); err != nil {
+			t.Errorf("empty file, no policies in force: %v", err)
 		}
 	})
 	t.Run("no file", func(t *testing.T) {

@@ -26,6 +26,7 @@ type fileValues struct {
 	values       []fileEntry              // in file order
 	policies     map[string]policy.Policy // nil when the file has no policies key
 	policiesLine int
+	cut          bool // not empty, and the last byte is no newline
 }
 
 // MaxFileBytes is the largest config file bucketd reads (1 MiB): settings
@@ -41,6 +42,8 @@ func readFile(path, from string) (fileValues, error) {
 	if err != nil {
 		return f, err
 	}
+	f.cut = len(data) > 0 && data[len(data)-1] != '\n'
+
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return f, fmt.Errorf("config file %s: %w: fix the YAML syntax", path, err)

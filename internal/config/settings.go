@@ -154,6 +154,15 @@ var settings = []setting{
 	boolean("ignore-corrupt-snapshot",
 		"start with no buckets when the snapshot in data-dir is corrupt or truncated, instead of refusing to start",
 		func(c *Config) *bool { return &c.IgnoreCorruptSnapshot }),
+	live(boolean("reload-allow-empty",
+		"let a reload apply a config file that names no policies, or whose last line has no newline, though it removes policies in force; without it such a file, which is what a reload meets in the middle of a non-atomic rewrite, is refused; may be set in that file itself",
+		func(c *Config) *bool { return &c.ReloadAllowEmpty })),
+}
+
+// live marks s as applied by a reload.
+func live(s setting) setting {
+	s.live = true
+	return s
 }
 
 // maxShards is the most shards bucketd runs.

@@ -2,8 +2,10 @@
 // token-bucket limits that TB.ACQUIRE … POLICY name uses instead of
 // explicit numbers, and AppendKey names the bucket each limit is checked
 // in. internal/config decodes the YAML file into it; the protocol front
-// reads it per command. It imports nothing of bucketd, so both can.
+// reads it per command. It imports only the bucket math, so both can.
 package policy
+
+import "github.com/bucketd/bucketd/internal/bucket"
 
 // MaxLimits is the most limits one policy may list: a call checks all of a
 // policy's limits at once, and one call touches at most 16 buckets (the
@@ -11,7 +13,7 @@ package policy
 const MaxLimits = 16
 
 // MaxValue bounds capacity and rate, as the bucket math requires.
-const MaxValue = 1e15
+const MaxValue = bucket.MaxValue
 
 // Policy is a named set of limits that TB.ACQUIRE … POLICY name uses instead
 // of explicit numbers. A Policy from Load has 1 to MaxLimits limits, whose

@@ -54,6 +54,13 @@ type Config struct {
 	Capacity     int                   // the tracking capacity, for Stats (0)
 	RestartCheck time.Duration         // how often Redis's run_id is compared, to notice a restart (5s)
 	Logger       *slog.Logger          // (slog.Default())
+	// MaxKeyBytes is --max-key-bytes: Load leaves out a bucket whose key
+	// (without Prefix) is longer, as every command refuses such a key. 0:
+	// no bound.
+	MaxKeyBytes int
+	// Now returns the time on Group's clock: the load instant, which no
+	// loaded last call may be later than (time.Now).
+	Now func() time.Time
 	// Fence, when set, kills connections abandoned on a failed write
 	// before anything newer is written (see Fence); its OnConnect must be
 	// the client's. Without it, or where Redis forbids CLIENT, failed
@@ -575,6 +582,15 @@ func (r *Replicator) scanKeys(ctx context.Context, fn func(context.Context, redi
 // limit. Until then the sweeper must know when the bucket is full, which
 // the key's PTTL says, so a loaded bucket gets a stand-in limit that
 // refills it exactly when Redis would expire it.
+//
+// What no command could have left is held to what they allow, as a
+// snapshot's buckets are: a ts later than the load instant (a host whose
+// clock was ahead wrote it, or this clock stepped back) is taken as the
+// load instant, since a bucket never refills before its last call and
+// would otherwise stay as it is, answering retry_after_ms it does not
+// keep, until the clock got there; tokens above bucket.MaxValue, which no
+// capacity allows, and keys longer than MaxKeyBytes, which every command
+// refuses, are not loaded.
 func (r *Replicator) Load(ctx context.Context) (int, error) {
 	loaded := 0
 	err := r.scanKeys(ctx, func(ctx context.Context, c redis.UniversalClient, keys []string) error {
@@ -592,7 +608,6 @@ func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	var now time.Time
 	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.HMGet(ctx, k, "tokens", "ts")
@@ -600,7 +615,7 @@ func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys
 		}
 		return nil
 	})
-	now = time.Now()
+	now := r.now().UnixMicro()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
@@ -613,18 +628,35 @@ func (r *Replicator) loadKeys(ctx context.Context, c redis.UniversalClient, keys
 		}
 		tokens, ok1 := parseFloat(vals[0])
 		ts, ok2 := parseInt(vals[1])
-		if !ok1 || !ok2 {
+		key := strings.TrimPrefix(k, r.cfg.Prefix)
+		if !ok1 || !ok2 || tokens > bucket.MaxValue || (r.cfg.MaxKeyBytes > 0 && len(key) > r.cfg.MaxKeyBytes) {
 			continue
 		}
-		sinceLast := math.Max(float64(now.UnixMicro()-ts)/1e6, 0)
-		untilFull := sinceLast + pttl.Seconds()
-		recs = append(recs, shard.Record{
-			Key:   strings.TrimPrefix(k, r.cfg.Prefix),
-			State: bucket.State{Tokens: tokens, Last: ts},
-			Limit: bucket.Limit{Capacity: tokens + 1, Rate: 1 / untilFull},
-		})
+		recs = append(recs, standIn(key, tokens, min(ts, now), now, pttl))
 	}
 	return r.cfg.Group.Restore(recs)
+}
+
+// standIn is the record of a bucket loaded from Redis, with tokens at its
+// last call ts (at or before now) and pttl left before Redis expires it:
+// its stand-in limit is within what the commands allow and fills the
+// bucket exactly when Redis would expire it (a bucket at bucket.MaxValue
+// tokens is full already, and Restore leaves it out).
+func standIn(key string, tokens float64, ts, now int64, pttl time.Duration) shard.Record {
+	untilFull := float64(now-ts)/1e6 + pttl.Seconds()
+	capacity := math.Min(tokens+1, bucket.MaxValue)
+	return shard.Record{
+		Key:   key,
+		State: bucket.State{Tokens: tokens, Last: ts},
+		Limit: bucket.Limit{Capacity: capacity, Rate: math.Max((capacity-tokens)/untilFull, math.SmallestNonzeroFloat64)},
+	}
+}
+
+func (r *Replicator) now() time.Time {
+	if r.cfg.Now == nil {
+		return time.Now()
+	}
+	return r.cfg.Now()
 }
 
 func parseFloat(v any) (float64, bool) {

@@ -463,3 +463,66 @@ func TestFenceStopsALateWrite(t *testing.T) {
 	}
 	compare(t, f.memoryState(t), f.redisState(t))
 }
+
+// TestLoadClampsALastCallAfterTheLoadInstant: a bucket the Redis copy
+// holds with a last call later than the load instant (written by a host
+// whose clock was ahead, or loaded after this clock stepped back) is
+// loaded with its last call at the load instant, so it refills as the
+// answers say, as a snapshot's bucket is; a key longer than
+// --max-key-bytes, and tokens beyond what any capacity allows, are not
+// loaded, as no command could have left them.
+func TestLoadClampsALastCallAfterTheLoadInstant(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := testkit.NewClock()
+	group := shard.New(shard.Config{Shards: 2, TrackChanges: 1024, Clock: clk.Now, Base: clk.Base()})
+	t.Cleanup(group.Close)
+	unixNow := func() time.Time { return time.UnixMicro(clk.Base().UnixMicros(clk.Now())) }
+	rep, err := replica.New(replica.Config{Client: srv.Client(&redis.Options{MaxRetries: -1}), Group: group,
+		Now: unixNow, MaxKeyBytes: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	red := srv.Client()
+	now := unixNow().UnixMicro()
+	for key, ts := range map[string]int64{"tb:ahead": now + 30_000_000, "tb:too-long-key": now, "tb:huge": now} {
+		tokens := "0"
+		if key == "tb:huge" {
+			tokens = "1e300"
+		}
+		if err := red.HSet(ctx, key, "tokens", tokens, "ts", ts).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := red.PExpire(ctx, key, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := rep.Load(ctx); err != nil || n != 1 {
+		t.Fatalf("Load: %d, %v; want 1 (ahead)", n, err)
+	}
+	if st := group.Stats(); st.Buckets != 1 {
+		t.Fatalf("%d buckets loaded, want 1", st.Buckets)
+	}
+	c := group.NewCaller()
+	for wait := range 8 {
+		c.Add(decide.Request{Kind: decide.Peek, Key: []byte("ahead"), Limit: bucket.Limit{Capacity: 10, Rate: 1}, Cost: 1})
+		res, err := c.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := res[0].Decision
+		if d.Allowed {
+			if wait != 1 {
+				t.Fatalf("allowed after %d waits, want after the first", wait)
+			}
+			return
+		}
+		if wait == 7 {
+			t.Fatalf("still %+v after 7 waits of retry_after_ms + 0.5 s: the bucket never refills while its last call is in the future", d)
+		}
+		if wait == 0 && (d.RetryAfterMs != 1000 || d.ResetAfterMs != 10000) {
+			t.Fatalf("right after the load: %+v, want retry 1000 ms, reset 10000 ms", d)
+		}
+		clk.Advance(time.Duration(d.RetryAfterMs)*time.Millisecond + 500*time.Millisecond)
+	}
+}

@@ -27,6 +27,15 @@ type Keeper struct {
 	Dir    string
 	Group  *shard.Group
 	Logger *slog.Logger // (slog.Default())
+	// MaxKeyBytes is --max-key-bytes: a bucket of the snapshot whose key
+	// is longer is left out at load, as every command refuses such a key
+	// (the setting may have been lowered since the snapshot). 0: no bound
+	// but the file format's.
+	MaxKeyBytes int
+	// UnixNow returns the time on the group's clock, in Unix microseconds:
+	// the load instant, which no loaded time may be later than
+	// (time.Now).
+	UnixNow func() int64
 
 	// mu makes each Save one step, from reading the shards to the rename:
 	// two Saves never overlap, so the renames land in the order the
@@ -62,6 +71,13 @@ func (k *Keeper) Stats() Stats {
 
 // Path is the snapshot file.
 func (k *Keeper) Path() string { return filepath.Join(k.Dir, FileName) }
+
+func (k *Keeper) unixNow() int64 {
+	if k.UnixNow == nil {
+		return time.Now().UnixMicro()
+	}
+	return k.UnixNow()
+}
 
 func (k *Keeper) logger() *slog.Logger {
 	if k.Logger == nil {
@@ -107,7 +123,8 @@ func (k *Keeper) Restore(ctx context.Context, ignoreCorrupt bool) error {
 	default:
 		k.lastGood.Store(l.Taken.UnixMicro())
 		k.logger().Info("loaded snapshot", "path", k.Path(), "buckets", l.Stored-l.Evicted, "read", l.Read,
-			"evicted", l.Evicted, "age", time.Since(l.Taken).Round(time.Second), "took", time.Since(start).Round(time.Millisecond))
+			"evicted", l.Evicted, "clamped", l.Clamped, "limits_capped", l.Capped, "long_keys", l.LongKeys,
+			"age", time.Since(l.Taken).Round(time.Second), "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -177,11 +194,17 @@ type Loaded struct {
 	// Evicted is how many buckets --max-buckets evicted while they were
 	// stored: at start, stored ones, so Stored-Evicted are kept.
 	Evicted int
+	// Clamped is how many records had a time later than the load instant
+	// allows, moved to it; Capped how many had a capacity or rate above
+	// what the commands accept, capped; LongKeys how many had a key longer
+	// than MaxKeyBytes, left out (see loadRules).
+	Clamped, Capped, LongKeys int
 }
 
 // Load restores the snapshot into the shards, leaving out buckets that
 // have refilled during the downtime (they would be full, which is the same
-// as absent). A missing file is an error for which errors.Is(err,
+// as absent), after holding every record to what the commands allow at
+// the load instant (loadRules). A missing file is an error for which errors.Is(err,
 // os.ErrNotExist) holds; a corrupt one wraps ErrCorrupt, and nothing of it
 // is loaded. Once ctx ends it hands the shards nothing more and returns
 // ctx's error.
@@ -199,12 +222,16 @@ func (k *Keeper) Load(ctx context.Context) (l Loaded, err error) {
 			chunk = chunk[:0]
 		}
 	}
-	taken, read, rerr := Read(k.Path(), func(r shard.Record) {
-		if err != nil {
-			return // stopped: the rest of the file is only read through
-		}
-		if chunk = append(chunk, r); len(chunk) == restoreChunk {
-			flush()
+	rules := loadRules{nowUnixMicros: k.unixNow(), maxKeyBytes: k.MaxKeyBytes}
+	taken, read, rerr := read(k.Path(), func(taken int64) func(shard.Record) {
+		rules.takenUnixMicros = taken
+		return func(r shard.Record) {
+			if err != nil || !rules.admit(&r) {
+				return // stopped (the rest of the file is only read through), or left out
+			}
+			if chunk = append(chunk, r); len(chunk) == restoreChunk {
+				flush()
+			}
 		}
 	})
 	flush()
@@ -212,6 +239,7 @@ func (k *Keeper) Load(ctx context.Context) (l Loaded, err error) {
 		return Loaded{}, rerr
 	}
 	l.Taken, l.Read = time.UnixMicro(taken), read
+	l.Clamped, l.Capped, l.LongKeys = rules.clamped, rules.capped, rules.longKeys
 	l.Evicted = int(k.Group.Stats().Evicted - evictedBefore)
 	return l, err
 }

@@ -95,7 +95,7 @@ func TestLoadSaysItsAgeAndWhatWasKept(t *testing.T) {
 	if err := k.Restore(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	line := regexp.MustCompile(`msg="loaded snapshot" .* buckets=50 read=200 evicted=150 age=1h30m0s `)
+	line := regexp.MustCompile(`msg="loaded snapshot" .* buckets=50 read=200 evicted=150 clamped=0 limits_capped=0 long_keys=0 age=1h30m0s `)
 	if !line.MatchString(log.String()) {
 		t.Fatalf("log:\n%s", log.String())
 	}

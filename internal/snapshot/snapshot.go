@@ -143,19 +143,26 @@ func commit(tmp *os.File, path string) error {
 // says what is wrong. Records are handed to fn only after the checksum has
 // been verified, so a corrupt file loads nothing.
 func Read(path string, fn func(shard.Record)) (takenUnixMicros int64, n int, err error) {
+	return read(path, func(int64) func(shard.Record) { return fn })
+}
+
+// read is Read for a caller that needs the snapshot's time before its
+// records: records(taken) returns the function that gets them.
+func read(path string, records func(takenUnixMicros int64) func(shard.Record)) (takenUnixMicros int64, n int, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer f.Close()
 	// First pass: verify the checksum without keeping the records.
-	if _, _, err := decode(f, true, nil); err != nil {
+	taken, _, err := decode(f, true, nil)
+	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, 0, err
 	}
-	taken, n, err := decode(f, false, fn)
+	taken, n, err = decode(f, false, records(taken))
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
@@ -303,7 +310,10 @@ func (d *decoder) trailer(check bool) error {
 }
 
 // record builds a Record from its kind byte and its fixed fields, and
-// reports whether the values can be those of a bucket.
+// reports whether the values can be those of a bucket: a capacity and a
+// rate that are numbers > 0 and finite, and tokens from 0 to the capacity.
+// (A finite capacity or rate above what the commands accept is not
+// impossible in the file's terms; Keeper.Load caps it.)
 func record(key string, kind byte, fixed [32]byte) (shard.Record, bool) {
 	last := int64(binary.LittleEndian.Uint64(fixed[24:]))
 	if kind == kindByte[shard.GCRA] {
@@ -315,7 +325,11 @@ func record(key string, kind byte, fixed [32]byte) (shard.Record, bool) {
 		Capacity: math.Float64frombits(binary.LittleEndian.Uint64(fixed[8:])),
 		Rate:     math.Float64frombits(binary.LittleEndian.Uint64(fixed[16:])),
 	}
-	ok := kind == kindByte[shard.TokenBucket] && r.Limit.Capacity > 0 && r.Limit.Rate > 0 &&
+	ok := kind == kindByte[shard.TokenBucket] && positiveFinite(r.Limit.Capacity) && positiveFinite(r.Limit.Rate) &&
 		r.State.Tokens >= 0 && r.State.Tokens <= r.Limit.Capacity
 	return r, ok
 }
+
+// positiveFinite reports whether f is a number > 0 and not infinite (NaN
+// is neither).
+func positiveFinite(f float64) bool { return f > 0 && f <= math.MaxFloat64 }

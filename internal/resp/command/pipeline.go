@@ -173,19 +173,14 @@ func parseCost(b []byte) (float64, *errorReply) {
 	return parseParam(b, true, errInvalidCost, errCostTooLarge)
 }
 
-// maxParam is the largest capacity, rate or cost bucketd accepts
-// (docs/commands.md: upper bound 1e15 inclusive). It keeps every figure
-// well inside float64's exact integer range.
-const maxParam = 1e15
-
 // parseParam parses a capacity, rate or cost: a finite number > 0 (>= 0
-// with zeroOK) and at most maxParam, or the matching error reply.
+// with zeroOK) and at most bucket.MaxValue, or the matching error reply.
 func parseParam(b []byte, zeroOK bool, invalid, tooLarge *errorReply) (float64, *errorReply) {
 	v, ok := wire.ParseNumber(b)
 	switch {
 	case !ok || !(v > 0 || zeroOK && v == 0):
 		return 0, invalid
-	case v > maxParam:
+	case v > bucket.MaxValue:
 		return 0, tooLarge
 	}
 	return v + 0, nil // + 0 turns -0 into 0
