@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// Measured figures the manifests are sized from (docs/reliability.md, runs in docs/history.md): a
+// Measured figures the manifests are sized from (docs/load.md and docs/reliability.md, runs in docs/history.md): a
 // live bucket's memory at 10 million buckets, a client connection's with
 // 10,000 open, and an allowance for the process itself (12.6 MiB idle) and
 // its Go heap (the 16 MiB GC floor and what it holds).
