@@ -128,7 +128,11 @@ func (d *daemon) listen() error {
 	}
 	d.warnIfExposed(ln.Addr())
 	if d.cfg.MetricsAddr != "" {
-		d.metrics, err = metrics.Start(d.cfg.MetricsAddr, metrics.Handler(d.reg, d.ready.Load), d.logger)
+		h := metrics.Handler(d.reg, d.ready.Load)
+		if d.cfg.PProf {
+			h = metrics.WithProfiling(h)
+		}
+		d.metrics, err = metrics.Start(d.cfg.MetricsAddr, h, d.logger)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("metrics on %s: %w (choose another with --metrics-addr, or disable with --metrics-addr=)", d.cfg.MetricsAddr, err)

@@ -29,6 +29,7 @@ type Config struct {
 	LogLevel        slog.Level    // debug, info, warn or error; applies live on reload
 	LogFormat       string        // "text" or "json"
 	MetricsAddr     string        // HTTP listen address for /metrics; "" disables
+	PProf           bool          // also serve net/http/pprof under /debug/pprof/ on MetricsAddr
 
 	RequirePass   string        // "" means no password
 	TLSCert       string        // PEM file; set together with TLSKey or not at all
@@ -295,6 +296,9 @@ func (c *Config) check() error {
 	case c.Replicate != "" && len(c.StoreCluster) > 0:
 		return fmt.Errorf("%s cannot be combined with %s: in store mode Redis already holds the buckets; drop one of them",
 			c.from("replicate"), c.from("store-cluster"))
+	case c.PProf && c.MetricsAddr == "":
+		return fmt.Errorf("%s needs metrics-addr: the profiles are served by the metrics server; give --metrics-addr host:port, or drop pprof",
+			c.from("pprof"))
 	case c.StoreMode() && (c.DataDir != "" || c.MaxBuckets > 0):
 		return errors.New("--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags")
 	}
