@@ -11,8 +11,11 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is bucketd's complete, validated configuration. Get one from Load
@@ -304,6 +307,36 @@ func (c *Config) check() error {
 	}
 	_, err := c.TLSConfig()
 	return err
+}
+
+// MinPasswordLength is the shortest requirepass bucketd accepts without a
+// warning on a port beyond loopback: Redis clients may try passwords as
+// fast as the network carries them, and nothing slows failed attempts, so
+// only a long random password (openssl rand -hex 24 gives 48 characters)
+// stands. docs/operations.md documents it.
+const MinPasswordLength = 16
+
+// placeholderPasswords are the passwords of bucketd's own examples and
+// deploy files (deploy/systemd/bucketd.env, the Kubernetes Secrets, the
+// docs), compared without regard to case: a deployment that kept one is
+// open to anyone who has read them.
+var placeholderPasswords = []string{"change-me", "changeme", "s3cret"}
+
+// WeakPassword says why RequirePass is too weak to guard a port that
+// clients beyond loopback can reach: "placeholder" when it is one of the
+// examples' passwords, "short" when it has fewer than MinPasswordLength
+// characters, and "" otherwise, or when no password is set (the caller
+// warns about that on its own). It never returns the password.
+func (c Config) WeakPassword() string {
+	switch {
+	case c.RequirePass == "":
+		return ""
+	case slices.ContainsFunc(placeholderPasswords, func(p string) bool { return strings.EqualFold(p, c.RequirePass) }):
+		return "placeholder"
+	case utf8.RuneCountInString(c.RequirePass) < MinPasswordLength:
+		return "short"
+	}
+	return ""
 }
 
 // StoreMode reports whether Redis keeps the buckets (--store or

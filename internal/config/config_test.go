@@ -633,3 +633,26 @@ func TestDocExample(t *testing.T) {
 		t.Errorf("got %+v", c)
 	}
 }
+
+// TestWeakPassword: the examples' placeholders (any case) and passwords
+// under MinPasswordLength characters are weak; no password is not this
+// check's business.
+func TestWeakPassword(t *testing.T) {
+	for pass, want := range map[string]string{
+		"":                   "",
+		"change-me":          "placeholder",
+		"CHANGE-ME":          "placeholder",
+		"s3cret":             "placeholder",
+		"hunter2":            "short",
+		"sixteen-chars-xx":   "",
+		"fifteen-chars-x":    "short",
+		"ééééééééééééééé":    "short", // 15 characters in 30 bytes
+		"0123456789abcdef01": "",
+	} {
+		c := Default()
+		c.RequirePass = pass
+		if got := c.WeakPassword(); got != want {
+			t.Errorf("WeakPassword(%q) = %q, want %q", pass, got, want)
+		}
+	}
+}
