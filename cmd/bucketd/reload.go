@@ -25,13 +25,27 @@ type reloader struct {
 	startup *startup // the signals of the start-up, ended by onSIGHUP; nil: none
 }
 
+// reload is apply for callers that need only whether it worked: SIGHUP,
+// and CONFIG RELOAD through resp.Config.Reload.
 func (r *reloader) reload() error {
+	_, err := r.apply()
+	return err
+}
+
+// apply reads the config file and the environment again and applies what
+// changes live (policies, the log level), logging the outcome. It returns
+// the names of the changed settings that take effect only after a restart,
+// in --help order (nil when there are none), so that a caller such as
+// CONFIG RELOAD can tell the operator; on error nothing changed and the
+// list is nil. Until the restart, every later apply reports those settings
+// again.
+func (r *reloader) apply() (restart []string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next, restart, err := r.current.Reload(r.getenv)
 	if err != nil {
 		r.logger.Error("configuration reload failed; the running configuration stays", "file", r.current.File, "err", err)
-		return err
+		return nil, err
 	}
 	r.srv.SetPolicies(next.Policies)
 	r.level.Set(next.LogLevel)
@@ -40,7 +54,7 @@ func (r *reloader) reload() error {
 	if len(restart) > 0 {
 		r.logger.Warn("some changed settings take effect only after a restart", "settings", strings.Join(restart, ","))
 	}
-	return nil
+	return restart, nil
 }
 
 // onSIGHUP reloads on each signal from hup until ctx ends, starting with
