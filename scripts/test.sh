@@ -42,6 +42,7 @@ python_with_redis() {
 missing() {
 	command -v redis-server >/dev/null || echo redis-server
 	command -v redis-cli >/dev/null || echo redis-tools
+	command -v openssl >/dev/null || echo openssl # the TLS pages of docs/ make their certificates
 	command -v systemd-analyze >/dev/null || echo systemd
 	python_with_redis || echo python3-redis
 	command -v node >/dev/null || echo nodejs
