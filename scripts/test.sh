@@ -6,7 +6,7 @@
 # libraries themselves: Node.js 20+ with npm for node-redis, ioredis and
 # valkey-glide, and redis-py for the Debian python3; the deployment checks
 # run systemd-analyze. So this script makes sure they are installed: as root
-# with apt-get it installs the Debian packages redis-server, redis-tools,
+# with apt-get it installs the Debian packages redis-server, redis-tools, openssl,
 # python3-redis and systemd (and nodejs and npm when node is missing);
 # otherwise it stops and says what to install. It runs `npm ci` in
 # clients/node when its node_modules is missing or older than its
