@@ -187,28 +187,15 @@ func TestEnvironmentConfiguresTheBinary(t *testing.T) {
 // with --pprof it serves a heap profile (a gzipped protobuf, as go tool
 // pprof reads it) beside /metrics.
 func TestProfilingIsOptIn(t *testing.T) {
-	get := func(url string) (int, string) {
-		t.Helper()
-		res, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.StatusCode, string(body)
-	}
 	off := startBinary(t)
-	if code, body := get("http://" + off.metrics + "/debug/pprof/heap"); code != http.StatusNotFound {
+	if code, body := httpGet(t, "http://"+off.metrics+"/debug/pprof/heap"); code != http.StatusNotFound {
 		t.Errorf("without --pprof: /debug/pprof/heap = %d %.40q, want 404", code, body)
 	}
 	on := startBinary(t, "--pprof")
-	if code, body := get("http://" + on.metrics + "/debug/pprof/heap"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+	if code, body := httpGet(t, "http://"+on.metrics+"/debug/pprof/heap"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
 		t.Errorf("with --pprof: /debug/pprof/heap = %d %.40q, want 200 and a gzipped profile", code, body)
 	}
-	if code, _ := get("http://" + on.metrics + "/metrics"); code != http.StatusOK {
+	if code, _ := httpGet(t, "http://"+on.metrics+"/metrics"); code != http.StatusOK {
 		t.Errorf("with --pprof: /metrics = %d", code)
 	}
 }
