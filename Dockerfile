@@ -1,8 +1,11 @@
 # syntax=docker/dockerfile:1
 # bucketd: build a static binary, ship it alone in a small non-root image.
 #
-#   docker build -t bucketd .
-#   docker run -p 6380:6380 -p 9380:9380 -e BUCKETD_REQUIREPASS=change-me bucketd
+#   docker build --build-arg VERSION=1.0.0 -t bucketd:1.0.0 .
+#   BUCKETD_REQUIREPASS=$(openssl rand -hex 24) docker run -p 6380:6380 -p 9380:9380 -e BUCKETD_REQUIREPASS bucketd:1.0.0
+#
+# docs/deploying.md ("The binary and the image") says how to push it and
+# name it in the Kubernetes manifests.
 #
 # Inside the container bucketd listens on 0.0.0.0 so that published ports
 # work, but protected mode (on by default) refuses every client that is not

@@ -5,16 +5,17 @@
 #
 # What the tests need, which README.md lists too: Go (the version in
 # go.mod); redis-server and redis-cli (the end-to-end tests, the Redis
-# modes); Node.js 20+ with npm and redis-py (the client tests, clients/, use
+# modes); openssl (the TLS pages of docs/ make their certificates with it);
+# Node.js 20+ with npm and redis-py (the client tests, clients/, use
 # node-redis, ioredis, valkey-glide and the Debian python3's redis-py);
 # systemd-analyze (the deployment checks, deploy/check); curl (the doc
 # examples); promtool (Prometheus's rule checker, which evaluates the
 # alerting rules). As root with apt-get this script installs the Debian
-# packages redis-server, redis-tools, python3-redis, systemd and curl (and
-# nodejs and npm when node is missing); otherwise it stops and says what to
-# install. It runs `npm ci` in clients/node when its node_modules is
-# missing or older than its package-lock.json, and takes promtool from
-# Debian's prometheus package into a cache directory.
+# packages redis-server, redis-tools, openssl, python3-redis, systemd and
+# curl (and nodejs and npm when node is missing); otherwise it stops and
+# says what to install. It runs `npm ci` in clients/node when its
+# node_modules is missing or older than its package-lock.json, and takes
+# promtool from Debian's prometheus package into a cache directory.
 #
 # Then it sets BUCKETD_REQUIRE_REDIS=1, so a test that needs any of them
 # fails instead of skipping, and runs these parts, each even when an
@@ -102,6 +103,7 @@ python_with_redis() {
 missing() {
 	command -v redis-server >/dev/null || echo redis-server
 	command -v redis-cli >/dev/null || echo redis-tools
+	command -v openssl >/dev/null || echo openssl # the TLS pages of docs/ make their certificates
 	command -v systemd-analyze >/dev/null || echo systemd
 	command -v curl >/dev/null || echo curl
 	python_with_redis || echo python3-redis

@@ -140,7 +140,11 @@ func (d *daemon) listen() error {
 	}
 	d.warnIfExposed(ln.Addr())
 	if d.cfg.MetricsAddr != "" {
-		d.metrics, err = metrics.Start(d.cfg.MetricsAddr, metrics.Handler(d.reg, d.ready.Load), d.logger)
+		h := metrics.Handler(d.reg, d.ready.Load)
+		if d.cfg.PProf {
+			h = metrics.WithProfiling(h)
+		}
+		d.metrics, err = metrics.Start(d.cfg.MetricsAddr, h, d.logger)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("metrics on %s: %w (choose another with --metrics-addr, or disable with --metrics-addr=)", d.cfg.MetricsAddr, err)
@@ -151,9 +155,24 @@ func (d *daemon) listen() error {
 }
 
 // warnIfExposed says loudly when anyone beyond this host may reach the
-// client port without a password.
+// client port without a password, or with one that guards little: a
+// placeholder from the examples, or one shorter than
+// config.MinPasswordLength.
 func (d *daemon) warnIfExposed(addr net.Addr) {
-	if tcp, ok := addr.(*net.TCPAddr); !ok || tcp.IP.IsLoopback() || d.cfg.RequirePass != "" {
+	if tcp, ok := addr.(*net.TCPAddr); !ok || tcp.IP.IsLoopback() {
+		return
+	}
+	switch d.cfg.WeakPassword() {
+	case "placeholder":
+		d.logger.Warn("THE PASSWORD IS A PLACEHOLDER FROM BUCKETD'S EXAMPLES AND IT LISTENS BEYOND LOOPBACK: anyone who has read them can spend and reset your limits; set --requirepass to a generated one (openssl rand -hex 24)",
+			"addr", addr.String())
+		return
+	case "short":
+		d.logger.Warn("THE PASSWORD IS SHORT AND IT LISTENS BEYOND LOOPBACK: failed attempts are not slowed down, so a short password can be guessed; set --requirepass to min_length characters or more (openssl rand -hex 24)",
+			"addr", addr.String(), "min_length", config.MinPasswordLength)
+		return
+	}
+	if d.cfg.RequirePass != "" {
 		return
 	}
 	if d.cfg.ProtectedMode {
@@ -207,7 +226,11 @@ func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
 	d.bg.run(func(context.Context) { serveErr <- d.srv.Serve(d.ln) }) // ends with Shutdown
 	d.ready.Store(true)
 	attrs := []any{"addr", d.ln.Addr().String(), "mode", d.b.mode, "shards", d.b.shards(),
-		"gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", d.tls}
+		"gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", d.tls,
+		"password", d.cfg.RequirePass != "", "policies", len(d.cfg.Policies)}
+	if d.cfg.File != "" {
+		attrs = append(attrs, "config", d.cfg.File)
+	}
 	if d.metrics != nil {
 		attrs = append(attrs, "metrics", d.metrics.Addr().String())
 	}

@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -77,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // command line, prints the version on standard output instead of starting.
 func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, getenv func(string) string, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
-		return healthcheck(args[1:], getenv)
+		return healthcheck(args[1:], getenv, stderr)
 	}
 	if slices.Contains(args, "--version") || slices.Contains(args, "-version") { // the other flags do not matter then
 		_, err := fmt.Printf("bucketd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
@@ -206,11 +207,34 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
+// healthcheckUsage is what `bucketd healthcheck --help` prints; `bucketd
+// --help` names the subcommand (internal/config's usage).
+const healthcheckUsage = `Usage: bucketd healthcheck [URL]
+
+Asks a running bucketd whether it is alive, for container HEALTHCHECKs in
+images without curl: GET URL and exit 0 when it answers 200 within 2 s,
+2 otherwise, with the reason on stderr. Without URL it asks /healthz on
+BUCKETD_METRICS_ADDR (default 127.0.0.1:9380; a wildcard host such as
+0.0.0.0 is reached through 127.0.0.1). Ask /readyz instead to know whether
+it takes clients: bucketd healthcheck http://127.0.0.1:9380/readyz
+`
+
 // healthcheck implements `bucketd healthcheck [URL]`, for container
 // HEALTHCHECKs in images without curl: GET the health endpoint, succeed on
 // 200. Without a URL it asks /healthz on BUCKETD_METRICS_ADDR (default
-// 127.0.0.1:9380), reaching a wildcard address through loopback.
-func healthcheck(args []string, getenv func(string) string) error {
+// 127.0.0.1:9380), reaching a wildcard address through loopback. -h,
+// -help and --help print the usage on stderr and return flag.ErrHelp; any
+// other argument that starts with a dash is a usage error, never a URL.
+func healthcheck(args []string, getenv func(string) string, stderr io.Writer) error {
+	for _, a := range args {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help":
+			fmt.Fprint(stderr, healthcheckUsage)
+			return flag.ErrHelp
+		case strings.HasPrefix(a, "-"):
+			return fmt.Errorf("healthcheck: unknown flag %s: usage: bucketd healthcheck [URL] (see bucketd healthcheck --help)", a)
+		}
+	}
 	var url string
 	switch len(args) {
 	case 0:
@@ -226,7 +250,7 @@ func healthcheck(args []string, getenv func(string) string) error {
 	case 1:
 		url = args[0]
 	default:
-		return errors.New("usage: bucketd healthcheck [URL]")
+		return errors.New("usage: bucketd healthcheck [URL] (see bucketd healthcheck --help)")
 	}
 	if err := metrics.CheckHealth(url); err != nil {
 		return fmt.Errorf("healthcheck: %w", err)

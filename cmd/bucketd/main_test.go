@@ -299,6 +299,30 @@ func TestHelpAndBadFlags(t *testing.T) {
 	}
 }
 
+// TestHealthcheckHelp: `bucketd --help` lists the healthcheck subcommand,
+// `bucketd healthcheck --help` answers its own usage (exit 0, as --help
+// does), and a flag it does not know is a usage error, not a URL.
+func TestHealthcheckHelp(t *testing.T) {
+	var help bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, noEnv, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(help.String(), "bucketd healthcheck [URL]") {
+		t.Errorf("--help does not list bucketd healthcheck:\n%s", help.String())
+	}
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"healthcheck", arg}, noEnv, &out)
+		if !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(out.String(), "Usage: bucketd healthcheck [URL]") {
+			t.Errorf("healthcheck %s: %v, printed %q; want flag.ErrHelp and the usage", arg, err, out.String())
+		}
+	}
+	err := run(context.Background(), []string{"healthcheck", "--url", "http://127.0.0.1:1/healthz"}, noEnv, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "usage: bucketd healthcheck [URL]") {
+		t.Errorf("healthcheck --url …: %v, want a usage error", err)
+	}
+}
+
 func noEnv(string) string { return "" }
 
 func TestRunFailsClearlyWhenThePortIsTaken(t *testing.T) {

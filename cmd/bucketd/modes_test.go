@@ -41,7 +41,14 @@ func lingering(funcs ...string) []string {
 
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	res, err := http.Get("http://" + addr + "/metrics")
+	_, body := httpGet(t, "http://"+addr+"/metrics")
+	return body
+}
+
+// httpGet GETs url and returns the status code and the body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +57,7 @@ func scrape(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(body)
+	return res.StatusCode, string(body)
 }
 
 // TestEachModeRunsItsPartsAndStopsThemAll runs bucketd in-process in each

@@ -182,3 +182,20 @@ func TestEnvironmentConfiguresTheBinary(t *testing.T) {
 		t.Fatalf("BUCKETD_REQUIREPASS not in effect: %v", err)
 	}
 }
+
+// TestProfilingIsOptIn: the metrics server serves no profiles by default;
+// with --pprof it serves a heap profile (a gzipped protobuf, as go tool
+// pprof reads it) beside /metrics.
+func TestProfilingIsOptIn(t *testing.T) {
+	off := startBinary(t)
+	if code, body := httpGet(t, "http://"+off.metrics+"/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Errorf("without --pprof: /debug/pprof/heap = %d %.40q, want 404", code, body)
+	}
+	on := startBinary(t, "--pprof")
+	if code, body := httpGet(t, "http://"+on.metrics+"/debug/pprof/heap"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("with --pprof: /debug/pprof/heap = %d %.40q, want 200 and a gzipped profile", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+on.metrics+"/metrics"); code != http.StatusOK {
+		t.Errorf("with --pprof: /metrics = %d", code)
+	}
+}

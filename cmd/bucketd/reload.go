@@ -66,7 +66,21 @@ func (r *reloader) markUse() {
 	}
 }
 
+// reload is apply for callers that need only whether it worked: SIGHUP,
+// and CONFIG RELOAD through resp.Config.Reload.
 func (r *reloader) reload() error {
+	_, err := r.apply()
+	return err
+}
+
+// apply reads the config file and the environment again and applies what
+// changes live (policies, the log level), logging the outcome. It returns
+// the names of the changed settings that take effect only after a restart,
+// in --help order (nil when there are none), so that a caller such as
+// CONFIG RELOAD can tell the operator; on error nothing changed and the
+// list is nil. Until the restart, every later apply reports those settings
+// again.
+func (r *reloader) apply() (restart []string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next, restart, err := r.current.Reload(r.getenv)
@@ -75,7 +89,7 @@ func (r *reloader) reload() error {
 			r.logger.Error("configuration reload failed; the running configuration stays", "file", r.current.File, "err", err,
 				"suppressed", suppressed)
 		})
-		return err
+		return nil, err
 	}
 	r.warnRemoved(next)
 	r.cmds.SetPolicies(next.Policies)
@@ -91,7 +105,7 @@ func (r *reloader) reload() error {
 				"suppressed", suppressed)
 		})
 	}
-	return nil
+	return restart, nil
 }
 
 // maxNames bounds the policy names one log line lists.

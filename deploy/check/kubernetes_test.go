@@ -2,6 +2,7 @@ package check
 
 import (
 	"net"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// Measured figures the manifests are sized from (docs/reliability.md, runs in docs/history.md): a
+// Measured figures the manifests are sized from (docs/load.md and docs/reliability.md, runs in docs/history.md): a
 // live bucket's memory at 10 million buckets, a client connection's with
 // 10,000 open, and an allowance for the process itself (12.6 MiB idle) and
 // its Go heap (the 16 MiB GC floor and what it holds).
@@ -79,6 +80,7 @@ func TestManifestsAgree(t *testing.T) {
 			checkSelectors(t, s)
 			checkPorts(t, s, c, set)
 			checkDataDir(t, s, c, set)
+			checkConfigFile(t, s, c, set)
 			checkShutdown(t, s, c, set)
 			checkResources(t, s, c, set)
 			checkSecurity(t, s, c)
@@ -158,6 +160,35 @@ func checkDataDir(t *testing.T, s *shape, c *corev1.Container, set map[string]st
 		}
 	}
 	t.Errorf("%s: --data-dir %s is no writable volume mount: snapshots would be lost with the pod", s.dir, dir)
+}
+
+// checkConfigFile: --config (the policies) names a file on a read-only
+// mount of the shape's ConfigMap, mounted as a directory (a subPath mount
+// never sees an update of the ConfigMap, so a reload would read the old
+// file), and the ConfigMap has that file's key.
+func checkConfigFile(t *testing.T, s *shape, c *corev1.Container, set map[string]string) {
+	file := set["config"]
+	if file == "" {
+		t.Errorf("%s: no BUCKETD_CONFIG: the policies have no file to live in", s.dir)
+		return
+	}
+	dir, name := path.Split(file)
+	for _, m := range c.VolumeMounts {
+		if strings.TrimSuffix(m.MountPath, "/")+"/" != dir {
+			continue
+		}
+		if !m.ReadOnly || m.SubPath != "" {
+			t.Errorf("%s: the config mount %s: readOnly %v, subPath %q; want read-only and no subPath (updates reach only a whole-directory mount)", s.dir, m.MountPath, m.ReadOnly, m.SubPath)
+		}
+		files, ok := s.configFiles(c)[m.MountPath]
+		if !ok {
+			t.Errorf("%s: %s is not a mount of a ConfigMap of the shape", s.dir, m.MountPath)
+		} else if _, ok := files[name]; !ok {
+			t.Errorf("%s: the ConfigMap mounted at %s has no key %s", s.dir, m.MountPath, name)
+		}
+		return
+	}
+	t.Errorf("%s: --config %s is on no volume mount", s.dir, file)
 }
 
 func (s *shape) declaresVolume(name string) bool {

@@ -27,6 +27,7 @@ var apiTypes = map[string]func() any{
 	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
 	"v1 Service":                    func() any { return &corev1.Service{} },
 	"v1 Secret":                     func() any { return &corev1.Secret{} },
+	"v1 ConfigMap":                  func() any { return &corev1.ConfigMap{} },
 	"policy/v1 PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 }
 
@@ -71,6 +72,7 @@ type shape struct {
 	selector *metav1.LabelSelector
 	services []*corev1.Service
 	secrets  []*corev1.Secret
+	configs  []*corev1.ConfigMap
 	pdbs     []*policyv1.PodDisruptionBudget
 	objects  int
 }
@@ -120,6 +122,8 @@ func (s *shape) add(t *testing.T, obj any) {
 		s.services = append(s.services, o)
 	case *corev1.Secret:
 		s.secrets = append(s.secrets, o)
+	case *corev1.ConfigMap:
+		s.configs = append(s.configs, o)
 	case *policyv1.PodDisruptionBudget:
 		s.pdbs = append(s.pdbs, o)
 	}
@@ -145,6 +149,32 @@ func (s *shape) container(t *testing.T) *corev1.Container {
 	return nil
 }
 
+// configMap returns the shape's ConfigMap name, nil when there is none.
+func (s *shape) configMap(name string) *corev1.ConfigMap {
+	for _, cm := range s.configs {
+		if cm.Name == name {
+			return cm
+		}
+	}
+	return nil
+}
+
+// configFiles returns the files a read-only mount of a ConfigMap shows
+// in the container, by mount path: one file per key of its data.
+func (s *shape) configFiles(c *corev1.Container) map[string]map[string]string {
+	files := map[string]map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range s.template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil {
+				if cm := s.configMap(v.ConfigMap.Name); cm != nil {
+					files[m.MountPath] = cm.Data
+				}
+			}
+		}
+	}
+	return files
+}
+
 // secretValue returns the value of key in the shape's Secret name.
 func (s *shape) secretValue(name, key string) (string, error) {
 	for _, sec := range s.secrets {
@@ -168,9 +198,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	var names []string
 	for _, s := range loadShapes(t) {
 		names = append(names, filepath.Base(s.dir))
-		if len(s.services) == 0 || len(s.secrets) != 1 || len(s.pdbs) != 1 {
-			t.Errorf("%s: %d services, %d secrets, %d PodDisruptionBudgets; want at least one, one, one",
-				s.dir, len(s.services), len(s.secrets), len(s.pdbs))
+		if len(s.services) == 0 || len(s.secrets) != 1 || len(s.configs) != 1 || len(s.pdbs) != 1 {
+			t.Errorf("%s: %d services, %d secrets, %d ConfigMaps, %d PodDisruptionBudgets; want at least one, one, one, one",
+				s.dir, len(s.services), len(s.secrets), len(s.configs), len(s.pdbs))
 		}
 		t.Logf("%s: %d objects decoded strictly", s.dir, s.objects)
 	}

@@ -2,7 +2,9 @@ package check
 
 import (
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +16,13 @@ import (
 // line and environment as each manifest gives them (Secret references
 // resolved from the shape's Secret), changing only what points outside
 // this machine: the listen addresses become free loopback ports, a mounted
-// path becomes a temporary directory, and the store's Redis a local
-// redis-server. bucketd must answer /healthz and /readyz, ask for the
-// Secret's password, grant a TB.ACQUIRE, and exit 0 on SIGTERM within the
-// grace period, leaving its snapshot on the volume.
+// path becomes a temporary directory (holding the ConfigMap's files, for
+// a ConfigMap's mount), and the store's Redis a local redis-server.
+// bucketd must answer /healthz and /readyz, ask for the Secret's password,
+// grant a TB.ACQUIRE, apply the ConfigMap's policy and, after the file
+// changes as the kubelet changes it, the new one on CONFIG RELOAD, and exit
+// 0 on SIGTERM within the grace period, leaving its snapshot on the
+// volume.
 func TestContainerStarts(t *testing.T) {
 	for _, s := range loadShapes(t) {
 		t.Run(filepath.Base(s.dir), func(t *testing.T) {
@@ -29,25 +34,95 @@ func TestContainerStarts(t *testing.T) {
 			for _, m := range c.VolumeMounts {
 				mounts[m.MountPath] = t.TempDir()
 			}
+			for path, files := range s.configFiles(c) {
+				for name, body := range files {
+					writeFile(t, filepath.Join(mounts[path], name), body)
+				}
+			}
 			args := make([]string, len(c.Args))
 			for i, a := range c.Args {
 				args[i] = rehome(a, mounts)
 			}
-			env, ep := containerEnv(t, s, c)
+			env, ep := containerEnv(t, s, c, mounts)
 			p := startBucketd(t, args, env)
 			p.serving(t, ep.addr, ep.metrics, ep.pass)
 			if ep.redis != "" {
 				checkInRedis(t, ep.redis, ep.redisPass, "tb:deploy-check")
 			}
+			checkPolicyReload(t, ep, ep.config, func(c *respConn) {
+				if got, err := c.do("CONFIG", "RELOAD"); err != nil || got != "+OK" {
+					t.Fatalf("CONFIG RELOAD: %q, %v", got, err)
+				}
+			})
 			took := p.stop(t, time.Duration(*s.template.Spec.TerminationGracePeriodSeconds)*time.Second)
 			t.Logf("%s: exit %v after SIGTERM", s.dir, took.Round(time.Millisecond))
-			for path, dir := range mounts {
-				if files, _ := filepath.Glob(filepath.Join(dir, "*.snapshot")); len(files) != 1 {
-					t.Errorf("%s: no snapshot on the volume at %s after the shutdown", s.dir, path)
+			for _, m := range c.VolumeMounts {
+				if !m.ReadOnly {
+					if files, _ := filepath.Glob(filepath.Join(mounts[m.MountPath], "*.snapshot")); len(files) != 1 {
+						t.Errorf("%s: no snapshot on the volume at %s after the shutdown", s.dir, m.MountPath)
+					}
 				}
 			}
 		})
 	}
+}
+
+func writeFile(t *testing.T, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPolicyReload: the config file's policy api is in force (a cost
+// above its capacity is denied); after the file's capacity doubles,
+// reload (CONFIG RELOAD, as an operator sends it after the ConfigMap
+// changed, or the unit's SIGHUP) applies it without a restart: the same
+// cost is then allowed, within 10 s.
+func checkPolicyReload(t *testing.T, ep endpoints, file string, reload func(*respConn)) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, ok := policyCapacity(string(data))
+	if !ok {
+		t.Fatalf("%s: no policy api with a whole-number capacity:\n%s", file, data)
+	}
+	c, err := dialRESP(ep.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	do := func(want string, args ...string) {
+		t.Helper()
+		if got, err := c.do(args...); err != nil || got != want {
+			t.Fatalf("%q: %q, %v; want %q", args, got, err, want)
+		}
+	}
+	do("+OK", "AUTH", ep.pass)
+	over := strconv.Itoa(old + 1)
+	do(":0", "TB.ACQUIRE", "deploy-check-policy", "POLICY", "api", over)
+	writeFile(t, file, strings.Replace(string(data), "capacity: "+strconv.Itoa(old), "capacity: "+strconv.Itoa(2*old), 1))
+	reload(c)
+	eventually(t, 10*time.Second, "the reloaded policy allows a cost of "+over, func() bool {
+		got, err := c.do("TB.ACQUIRE", "deploy-check-policy", "POLICY", "api", over)
+		return err == nil && got == ":1"
+	})
+}
+
+// policyCapacity finds the capacity of the policy api in a config file.
+func policyCapacity(yaml string) (int, bool) {
+	_, rest, ok := strings.Cut(yaml, "api:")
+	if !ok {
+		return 0, false
+	}
+	_, rest, ok = strings.Cut(rest, "capacity: ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.Fields(rest)[0])
+	return n, err == nil
 }
 
 // rehome rewrites a path under a mount path into the directory standing in
@@ -64,15 +139,18 @@ func rehome(arg string, mounts map[string]string) string {
 	return arg
 }
 
-// endpoints are where the started bucketd and its Redis are.
+// endpoints are where the started bucketd, its config file and its Redis
+// are.
 type endpoints struct {
 	addr, metrics, pass string
+	config              string
 	redis, redisPass    string
 }
 
 // containerEnv resolves the container's environment as the kubelet would
-// and rewrites the addresses (see TestContainerStarts).
-func containerEnv(t *testing.T, s *shape, c *corev1.Container) ([]string, endpoints) {
+// and rewrites the addresses and the paths under mounts (see
+// TestContainerStarts).
+func containerEnv(t *testing.T, s *shape, c *corev1.Container, mounts map[string]string) ([]string, endpoints) {
 	t.Helper()
 	var env []string
 	var ep endpoints
@@ -93,6 +171,9 @@ func containerEnv(t *testing.T, s *shape, c *corev1.Container) ([]string, endpoi
 			ep.metrics = v
 		case "BUCKETD_REQUIREPASS":
 			ep.pass = v
+		case "BUCKETD_CONFIG":
+			_, v, _ = strings.Cut(rehome("="+v, mounts), "=")
+			ep.config = v
 		case "BUCKETD_STORE", "BUCKETD_REPLICATE":
 			v, ep.redis, ep.redisPass = localRedis(t, v)
 		}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -14,6 +15,10 @@ import (
 const (
 	unitPath    = "../systemd/bucketd.service"
 	envFilePath = "../systemd/bucketd.env"
+	// policiesPath is the example config file, installed as
+	// configDir/bucketd.yaml.
+	policiesPath = "../systemd/bucketd.yaml"
+	configDir    = "/etc/bucketd/" // ConfigurationDirectory=bucketd
 	// installedBinary is where the unit expects bucketd.
 	installedBinary = "/usr/local/bin/bucketd"
 )
@@ -111,10 +116,12 @@ func envFile(t *testing.T, path string) (set, examples [][2]string) {
 
 // TestSystemdUnitStarts starts bucketd with the unit's environment and
 // the example environment file, as systemd would (the file's settings win
-// over the unit's Environment=), with the addresses on free loopback ports
-// and the state directory in a temporary one; every variable, the
-// commented-out examples included, must be a bucketd setting, and
-// TimeoutStopSec must cover the shutdown.
+// over the unit's Environment=), with the addresses on free loopback ports,
+// the state directory in a temporary one and the policies file a copy of
+// deploy/systemd/bucketd.yaml; every variable, the commented-out examples
+// included, must be a bucketd setting, TimeoutStopSec must cover the
+// shutdown, and the unit's reload (ExecReload's SIGHUP) must apply a
+// changed policy.
 func TestSystemdUnitStarts(t *testing.T) {
 	data, err := os.ReadFile(unitPath)
 	if err != nil {
@@ -122,8 +129,11 @@ func TestSystemdUnitStarts(t *testing.T) {
 	}
 	vars := map[string]string{}
 	var stopTimeout time.Duration
+	var reload string
 	for _, d := range unitDirectives(t, data, "Service") {
 		switch d[0] {
+		case "ExecReload":
+			reload = d[1]
 		case "Environment":
 			k, v, _ := strings.Cut(d[1], "=")
 			vars[k] = v
@@ -147,6 +157,19 @@ func TestSystemdUnitStarts(t *testing.T) {
 	dataDir := t.TempDir()
 	vars["BUCKETD_DATA_DIR"] = dataDir // StateDirectory=bucketd
 	checkStopTimeout(t, vars, stopTimeout)
+	if want := configDir + filepath.Base(policiesPath); vars["BUCKETD_CONFIG"] != want {
+		t.Fatalf("%s: BUCKETD_CONFIG %q, want %s, where the install steps put %s", envFilePath, vars["BUCKETD_CONFIG"], want, policiesPath)
+	}
+	policies, err := os.ReadFile(policiesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), filepath.Base(policiesPath))
+	writeFile(t, config, string(policies))
+	vars["BUCKETD_CONFIG"] = config
+	if reload != "/bin/kill -HUP $MAINPID" {
+		t.Fatalf("ExecReload=%s, want /bin/kill -HUP $MAINPID (bucketd reloads on SIGHUP)", reload)
+	}
 
 	var env []string
 	for k, v := range vars {
@@ -154,6 +177,12 @@ func TestSystemdUnitStarts(t *testing.T) {
 	}
 	p := startBucketd(t, nil, env)
 	p.serving(t, addr, metrics, vars["BUCKETD_REQUIREPASS"])
+	ep := endpoints{addr: addr, metrics: metrics, pass: vars["BUCKETD_REQUIREPASS"]}
+	checkPolicyReload(t, ep, config, func(*respConn) {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil { // what ExecReload sends
+			t.Fatal(err)
+		}
+	})
 	took := p.stop(t, stopTimeout)
 	t.Logf("exit %v after SIGTERM", took.Round(time.Millisecond))
 	if files, _ := filepath.Glob(filepath.Join(dataDir, "*.snapshot")); len(files) != 1 {

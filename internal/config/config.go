@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is bucketd's complete, validated configuration. Get one from Load
@@ -33,6 +34,7 @@ type Config struct {
 	LogLevel        slog.Level    // debug, info, warn or error; applies live on reload
 	LogFormat       string        // "text" or "json"
 	MetricsAddr     string        // HTTP listen address for /metrics; "" disables
+	PProf           bool          // also serve net/http/pprof under /debug/pprof/ on MetricsAddr
 
 	RequirePass   string        // "" means no password
 	TLSCert       string        // PEM file; set together with TLSKey or not at all
@@ -364,11 +366,44 @@ func (c *Config) check() error {
 	case c.Replicate != "" && len(c.StoreCluster) > 0:
 		return fmt.Errorf("%s cannot be combined with %s: in store mode Redis already holds the buckets; drop one of them",
 			c.from("replicate"), c.from("store-cluster"))
+	case c.PProf && c.MetricsAddr == "":
+		return fmt.Errorf("%s needs metrics-addr: the profiles are served by the metrics server; give --metrics-addr host:port, or drop pprof",
+			c.from("pprof"))
 	case c.StoreMode() && (c.DataDir != "" || c.MaxBuckets > 0):
 		return errors.New("--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags")
 	}
 	_, err := c.TLSConfig()
 	return err
+}
+
+// MinPasswordLength is the shortest requirepass bucketd accepts without a
+// warning on a port beyond loopback: Redis clients may try passwords as
+// fast as the network carries them, and nothing slows failed attempts, so
+// only a long random password (openssl rand -hex 24 gives 48 characters)
+// stands. docs/operations.md documents it.
+const MinPasswordLength = 16
+
+// placeholderPasswords are the passwords of bucketd's own examples and
+// deploy files (deploy/systemd/bucketd.env, the Kubernetes Secrets, the
+// docs), compared without regard to case: a deployment that kept one is
+// open to anyone who has read them.
+var placeholderPasswords = []string{"change-me", "changeme", "s3cret"}
+
+// WeakPassword says why RequirePass is too weak to guard a port that
+// clients beyond loopback can reach: "placeholder" when it is one of the
+// examples' passwords, "short" when it has fewer than MinPasswordLength
+// characters, and "" otherwise, or when no password is set (the caller
+// warns about that on its own). It never returns the password.
+func (c Config) WeakPassword() string {
+	switch {
+	case c.RequirePass == "":
+		return ""
+	case slices.ContainsFunc(placeholderPasswords, func(p string) bool { return strings.EqualFold(p, c.RequirePass) }):
+		return "placeholder"
+	case utf8.RuneCountInString(c.RequirePass) < MinPasswordLength:
+		return "short"
+	}
+	return ""
 }
 
 // StoreMode reports whether Redis keeps the buckets (--store or

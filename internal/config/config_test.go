@@ -58,6 +58,7 @@ func TestDefaults(t *testing.T) {
 		"log-level":               "info",
 		"log-format":              "text",
 		"metrics-addr":            "127.0.0.1:9380",
+		"pprof":                   "false",
 		"requirepass":             "",
 		"tls-cert":                "",
 		"tls-key":                 "",
@@ -288,6 +289,8 @@ func TestErrors(t *testing.T) {
 		{name: "tls-ca-cert alone", env: map[string]string{"BUCKETD_TLS_CA_CERT": "ca.pem"}, want: `tls-ca-cert (from BUCKETD_TLS_CA_CERT) needs tls-cert and tls-key: mutual TLS needs the server's own certificate as well`},
 		{name: "tls files missing", args: []string{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"},
 			want: `tls-cert (from --tls-cert) and tls-key (from --tls-key): open /nonexistent/c.pem: no such file or directory: give a PEM certificate and its matching PEM private key`},
+		{name: "pprof without metrics", args: []string{"--pprof", "--metrics-addr="},
+			want: `pprof (from --pprof) needs metrics-addr: the profiles are served by the metrics server; give --metrics-addr host:port, or drop pprof`},
 		{name: "store and store-cluster", args: []string{"--store", "redis://h"}, env: map[string]string{"BUCKETD_STORE_CLUSTER": "h:7000"},
 			want: `store (from --store) and store-cluster (from BUCKETD_STORE_CLUSTER) cannot both be set: use store for a standalone Redis, store-cluster for a Redis Cluster`},
 		{name: "replicate and store", file: "replicate: redis://a\nstore: redis://b\n",
@@ -681,5 +684,28 @@ func TestDocExample(t *testing.T) {
 	}
 	if len(c.Policies) != 3 || c.Policies["login-per-ip"].Prefix != "login:" || c.IdleTimeout != 5*time.Minute || c.RequirePass != "change-me" {
 		t.Errorf("got %+v", c)
+	}
+}
+
+// TestWeakPassword: the examples' placeholders (any case) and passwords
+// under MinPasswordLength characters are weak; no password is not this
+// check's business.
+func TestWeakPassword(t *testing.T) {
+	for pass, want := range map[string]string{
+		"":                   "",
+		"change-me":          "placeholder",
+		"CHANGE-ME":          "placeholder",
+		"s3cret":             "placeholder",
+		"hunter2":            "short",
+		"sixteen-chars-xx":   "",
+		"fifteen-chars-x":    "short",
+		"ééééééééééééééé":    "short", // 15 characters in 30 bytes
+		"0123456789abcdef01": "",
+	} {
+		c := Default()
+		c.RequirePass = pass
+		if got := c.WeakPassword(); got != want {
+			t.Errorf("WeakPassword(%q) = %q, want %q", pass, got, want)
+		}
 	}
 }

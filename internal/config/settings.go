@@ -78,6 +78,9 @@ var settings = []setting{
 	text("metrics-addr", "host:port",
 		"address of the HTTP server for /metrics, /healthz and /readyz; empty disables it",
 		func(c *Config) *string { return &c.MetricsAddr }, checkListenAddr(true)),
+	boolean("pprof",
+		"also serve Go's profiles (net/http/pprof: CPU, heap, goroutines, trace) under /debug/pprof/ on metrics-addr, for go tool pprof; anyone who can reach metrics-addr can read them",
+		func(c *Config) *bool { return &c.PProf }),
 	{
 		name: "requirepass", arg: "password",
 		usage: "password clients must give with AUTH or HELLO 2 AUTH before any other command; empty means none",

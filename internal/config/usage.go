@@ -11,6 +11,8 @@ import (
 func writeUsage(w io.Writer, defaultShards int) {
 	var b strings.Builder
 	b.WriteString(`Usage: bucketd [flags]
+       bucketd healthcheck [URL]   exit 0 if a running bucketd's /healthz (or URL)
+                                   answers 200; bucketd healthcheck --help says more
 
 A token-bucket rate limiter that speaks the Redis protocol.
 Try: redis-cli -p 6380 TB.ACQUIRE user:1 10 1

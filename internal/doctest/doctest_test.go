@@ -13,10 +13,11 @@
 // doc's in the output. Transcripts are typed into one redis-cli --no-raw
 // (one connection, as at the prompt); shell commands run one after another
 // in one bash per session, in a temporary directory where the repository's
-// files are visible (scripts/, internal/ …) and TLS files server.crt,
-// server.key, client.crt, client.key and ca.crt exist. A prompted shell
-// block with output must be marked run, continue or skip, so no new example
-// goes untested unnoticed.
+// files are visible (scripts/, internal/ …) and the files the page's
+// earlier `makes` blocks make exist (the TLS files quickstart.md makes
+// with openssl: nothing is handed to a page that it does not make itself).
+// A prompted shell block with output must be marked run, continue or skip,
+// so no new example goes untested unnoticed.
 //
 // The markup, HTML comments right before a block (invisible when rendered),
 // one directive per line, several comments allowed:
@@ -29,6 +30,7 @@
 //	<!-- doctest: about 3996 970 2999773±5000 --> time-dependent milliseconds: ±100 unless ±N says
 //	<!-- doctest: any 22362 go1.26.8 -->         words that differ from run to run
 //	<!-- doctest: setup redis-cli -p 6380 FOO --> a shell command run first, output not shown
+//	<!-- doctest: makes ca.crt server.crt -->    this run block makes these files; the page's later sessions run it first
 //	<!-- doctest: file bucketd.yaml -->          the block below is a file of the page's sessions
 //	<!-- doctest: file bad.yaml
 //	max_clients: 5
@@ -53,8 +55,8 @@
 // after its steps (bucketd's start, setup and shell commands, transcripts)
 // took more than 50 ms together beyond the doc's pauses is run again (three
 // runs at most), since its figures may legitimately differ; a wrong doc
-// fails all three. docs/README.md ("How docs are
-// tested") explains the same for doc writers.
+// fails all three. docs/README.md ("How the docs
+// are tested") explains the same for doc writers.
 //
 // TestDocsComplete (complete_test.go) checks the reference tables, marked
 // <!-- table: settings|metrics|info SECTION|log -->, against bucketd

@@ -81,6 +81,7 @@ type directives struct {
 	setup  []string  // shell commands run before the block, output not compared
 	file   string    // this block's body is the session file of that name
 	files  []docFile // files given inline in a comment
+	makes  []string  // files this shell block's commands make, for the page's later sessions too
 }
 
 // defaultTolerance is how far an `about` number may stray unless it says
@@ -215,6 +216,11 @@ func (d *directives) parse(lines []string, at int) error {
 			d.any = append(d.any, strings.Fields(rest)...)
 		case "setup":
 			d.setup = append(d.setup, rest)
+		case "makes":
+			if rest == "" {
+				return fmt.Errorf("makes needs the names of the files the block's commands make")
+			}
+			d.makes = append(d.makes, strings.Fields(rest)...)
 		case "file":
 			if rest == "" {
 				return fmt.Errorf("file needs a name")
@@ -228,7 +234,7 @@ func (d *directives) parse(lines []string, at int) error {
 			}
 			return nil
 		default:
-			return fmt.Errorf("unknown doctest directive %q (see docs/README.md, How docs are tested)", word)
+			return fmt.Errorf("unknown doctest directive %q (see docs/README.md, How the docs are tested)", word)
 		}
 	}
 	return nil
@@ -255,6 +261,7 @@ func parseApprox(w string) (approx, error) {
 type session struct {
 	blocks []*block
 	files  []docFile // the page's files declared before the session
+	makers []*block  // the page's earlier blocks marked `makes`, whose commands run first
 }
 
 func (s *session) String() string { return s.blocks[0].String() }
@@ -273,6 +280,7 @@ func sessions(blocks []*block) ([]*session, []skipped, error) {
 	var out []*session
 	var skips []skipped
 	var files []docFile
+	var makers []*block
 	for _, b := range blocks {
 		files = append(files, b.d.files...)
 		if b.d.file != "" {
@@ -296,7 +304,13 @@ func sessions(blocks []*block) ([]*session, []skipped, error) {
 			last := out[len(out)-1]
 			last.blocks = append(last.blocks, b)
 		default:
-			out = append(out, &session{blocks: []*block{b}, files: append([]docFile{}, files...)})
+			out = append(out, &session{blocks: []*block{b}, files: append([]docFile{}, files...), makers: append([]*block{}, makers...)})
+		}
+		if len(b.d.makes) > 0 {
+			if !runs || b.d.skip != "" || b.kind != shellBlock {
+				return nil, nil, fmt.Errorf("%s: makes, on a block that does not run: mark a shell block <!-- doctest: run --> too", b)
+			}
+			makers = append(makers, b)
 		}
 	}
 	return out, skips, nil

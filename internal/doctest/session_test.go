@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/redistest"
-	"github.com/bucketd/bucketd/internal/testcert"
 )
 
 // env is one run of a session: its directory, servers and shell.
@@ -55,7 +54,11 @@ func (e *env) setUp() error {
 			return err
 		}
 	}
-	writeCerts(e.t, e.dir)
+	for _, m := range e.s.makers {
+		if err := makeFiles(e.dir, m); err != nil {
+			return err
+		}
+	}
 	for _, b := range e.s.blocks {
 		if b.d.redis && e.redis == nil {
 			e.redis = redistest.Start(e.t)
@@ -113,23 +116,29 @@ func (e *env) tearDown() {
 	}
 }
 
-// writeCerts gives every session the TLS files the docs name: server.crt
-// and server.key, client.crt and client.key, and ca.crt, which trusts both
-// (each is self-signed, so ca.crt holds the two).
-func writeCerts(t *testing.T, dir string) {
-	serverCrt, _ := testcert.WriteFiles(t, dir, "server")
-	clientCrt, _ := testcert.WriteFiles(t, dir, "client")
-	var ca []byte
-	for _, f := range []string{serverCrt, clientCrt} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+// makeFiles runs the commands of a block marked `makes` (the TLS files
+// a page makes with openssl, say) in dir, in a bash of their own that
+// stops at the first failure, before the session's server starts, and
+// checks that the files it names are there. Their time is not the
+// session's: nothing the session measures has started yet.
+func makeFiles(dir string, b *block) error {
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, st := range shellSteps(b) {
+		script.WriteString(st.cmd + "\n")
+	}
+	cmd := exec.Command("bash", "--noprofile", "--norc", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = baseEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s (makes %s): %v\n%s", b, strings.Join(b.d.makes, " "), err, out)
+	}
+	for _, f := range b.d.makes {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return fmt.Errorf("%s: makes %s, but its commands did not: %v", b, f, err)
 		}
-		ca = append(ca, b...)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return nil
 }
 
 // forwardAll rewrites the doc's ports in server flags.

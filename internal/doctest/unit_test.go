@@ -1,6 +1,9 @@
 package doctest
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +108,39 @@ func TestSessionsRules(t *testing.T) {
 	ss, skips, err := parse("<!-- doctest: skip needs Docker -->\n```console\n$ docker ps\nX\n```\n```\n127.0.0.1:6380> PING\nPONG\n```\n")
 	if err != nil || len(ss) != 1 || len(skips) != 1 || skips[0].reason != "needs Docker" {
 		t.Errorf("skip: %v, %d sessions, skips %+v", err, len(ss), skips)
+	}
+	// A block marked makes is a session of its own, and every later
+	// session of the page runs its commands first; earlier ones do not.
+	ss, _, err = parse("```\n127.0.0.1:6380> PING\nPONG\n```\n" +
+		"<!-- doctest: run\nmakes a.txt b.txt -->\n```console\n$ touch a.txt b.txt\n```\n" +
+		"<!-- doctest: run -->\n```console\n$ cat a.txt\n```\n")
+	if err != nil || len(ss) != 3 || len(ss[0].makers) != 0 || len(ss[1].makers) != 0 || len(ss[2].makers) != 1 ||
+		!slices.Equal(ss[2].makers[0].d.makes, []string{"a.txt", "b.txt"}) {
+		t.Errorf("makes: %v, sessions %+v", err, ss)
+	}
+	if _, _, err := parse("<!-- doctest: makes a.txt -->\n```console\n$ touch a.txt\n```\n"); err == nil {
+		t.Error("makes on a block that does not run was accepted")
+	}
+}
+
+// TestMakeFiles: a maker's commands run in the directory and must make
+// the files it names; a failing command or a missing file is an error.
+func TestMakeFiles(t *testing.T) {
+	dir := t.TempDir()
+	ok := &block{file: "x.md", line: 1, kind: shellBlock, body: []string{"$ echo hi > a.txt", "$ cp a.txt b.txt"}, d: directives{makes: []string{"a.txt", "b.txt"}}}
+	if err := makeFiles(dir, ok); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "b.txt")); err != nil || string(b) != "hi\n" {
+		t.Errorf("b.txt: %q, %v", b, err)
+	}
+	failing := &block{file: "x.md", line: 1, kind: shellBlock, body: []string{"$ false", "$ touch c.txt"}, d: directives{makes: []string{"c.txt"}}}
+	if err := makeFiles(t.TempDir(), failing); err == nil {
+		t.Error("a failing command passed")
+	}
+	missing := &block{file: "x.md", line: 1, kind: shellBlock, body: []string{"$ true"}, d: directives{makes: []string{"d.txt"}}}
+	if err := makeFiles(t.TempDir(), missing); err == nil {
+		t.Error("a file the commands did not make passed")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,29 @@ func Handler(reg *prometheus.Registry, ready func() bool) http.Handler {
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "bucketd\n\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness\n")
+	})
+	return mux
+}
+
+// WithProfiling serves h and, under /debug/pprof/, Go's profiling
+// endpoints (net/http/pprof): the index, every runtime profile (heap,
+// allocs, goroutine, mutex, block …), a CPU profile
+// (/debug/pprof/profile?seconds=N, 30 by default), symbols and an
+// execution trace. It is opt-in (--pprof) because a profile shows what
+// the process does to anyone who can reach the port. The command line
+// (/debug/pprof/cmdline) is not served: it may hold --requirepass. A CPU
+// profile or trace lasts longer than Start's write timeout allows a reply;
+// net/http/pprof moves the deadline of that one request by its duration.
+func WithProfiling(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol) // go tool pprof may look symbols up this way
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusNotFound, "not served: the command line may hold a password\n")
 	})
 	return mux
 }

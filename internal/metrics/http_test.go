@@ -187,3 +187,44 @@ func TestServerShutdownCutsOffSlowRequest(t *testing.T) {
 	}
 	<-reqDone // the forced close ended the request one way or another
 }
+
+// TestWithProfiling: Handler alone serves no profiles; WithProfiling adds
+// net/http/pprof's under /debug/pprof/ (a heap profile and a one-second CPU
+// profile, gzipped protobufs, through Start's server with its write
+// timeout), keeps Handler's endpoints, and never serves the command line.
+func TestWithProfiling(t *testing.T) {
+	reg, _ := newRegistry(t, fakeSources(false))
+	plain := httptest.NewServer(Handler(reg, nil))
+	defer plain.Close()
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1"} {
+		if code, _, _ := get(t, plain.Client(), "GET", plain.URL+path); code != 404 {
+			t.Errorf("without profiling: %s = %d, want 404", path, code)
+		}
+	}
+
+	srv, err := Start("127.0.0.1:0", WithProfiling(Handler(reg, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background()) //nolint:errcheck // the test's own server
+	base := "http://" + srv.Addr().String()
+	client := &http.Client{Timeout: 20 * time.Second}
+	for _, step := range []struct {
+		path, want string
+		code       int
+	}{
+		{"/debug/pprof/", "heap", 200},
+		{"/debug/pprof/heap", "\x1f\x8b", 200}, // gzip: a protobuf profile
+		{"/debug/pprof/goroutine", "\x1f\x8b", 200},
+		{"/debug/pprof/profile?seconds=1", "\x1f\x8b", 200},
+		{"/debug/pprof/cmdline", "not served", 404},
+		{"/metrics", "bucketd_buckets 42\n", 200},
+		{"/healthz", "ok\n", 200},
+		{"/nope", "", 404},
+	} {
+		code, body, _ := get(t, client, "GET", base+step.path)
+		if code != step.code || !strings.Contains(body, step.want) {
+			t.Errorf("%s = %d, %d bytes starting %q; want %d with %q", step.path, code, len(body), body[:min(len(body), 40)], step.code, step.want)
+		}
+	}
+}
