@@ -68,7 +68,7 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 		Version:     version,
 	}
 	if cfg.File != "" {
-		cmdCfg.Reload = rl.reload
+		cmdCfg.Reload = rl.apply
 	}
 	if d.cmds, err = command.New(cmdCfg); err != nil {
 		return nil, err

@@ -66,8 +66,7 @@ func (r *reloader) markUse() {
 	}
 }
 
-// reload is apply for callers that need only whether it worked: SIGHUP,
-// and CONFIG RELOAD through resp.Config.Reload.
+// reload is apply for callers that need only whether it worked: SIGHUP.
 func (r *reloader) reload() error {
 	_, err := r.apply()
 	return err

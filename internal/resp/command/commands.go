@@ -301,14 +301,22 @@ func cmdConfigGet(s *session, args [][]byte) *errorReply {
 	return nil
 }
 
-// cmdConfigReload reloads the configuration file, as SIGHUP does.
+// cmdConfigReload reloads the configuration file, as SIGHUP does. The
+// reply is OK, naming the changed settings that need a restart when there
+// are any, so that an operator who typed it learns at once what the
+// reload did not apply.
 func cmdConfigReload(s *session, args [][]byte) *errorReply {
 	if s.e.cfg.Reload == nil {
 		return errNoReloadConfig
 	}
-	if err := s.e.cfg.Reload(); err != nil {
+	restart, err := s.e.cfg.Reload()
+	if err != nil {
 		return reloadFailed(err)
 	}
-	s.w.String("OK")
+	if len(restart) == 0 {
+		s.w.String("OK")
+	} else {
+		s.w.String("OK; restart bucketd to apply " + strings.Join(restart, ", "))
+	}
 	return nil
 }

@@ -22,8 +22,10 @@ type Config struct {
 	// part of bucketd whose state it shows (replication, the Redis store).
 	Info []func() info.Section
 	// Reload, when set, is what CONFIG RELOAD calls; its error is reported
-	// to the client and the running configuration stays.
-	Reload  func() error
+	// to the client and the running configuration stays. On success it
+	// returns the changed settings that take effect only after a restart,
+	// which the reply names.
+	Reload  func() (restart []string, err error)
 	Logger  *slog.Logger // (slog.Default())
 	Version string       // reported by INFO and HELLO ("dev")
 }

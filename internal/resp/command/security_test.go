@@ -118,20 +118,23 @@ func TestPolicies(t *testing.T) {
 func TestConfigReload(t *testing.T) {
 	calls := 0
 	fail := false
+	var restart []string
 	ts := startServer(t, func(cfg *frontConfig) {
-		cfg.Reload = func() error {
+		cfg.Reload = func() ([]string, error) {
 			calls++
 			if fail {
-				return errors.New("policies.api.capacity: must be > 0")
+				return nil, errors.New("policies.api.capacity: must be > 0")
 			}
-			return nil
+			return restart, nil
 		}
 	})
 	c := ts.Client(t)
 	expect(t, c, "OK", "CONFIG", "RELOAD")
+	restart = []string{"max-clients", "idle-timeout"}
+	expect(t, c, "OK; restart bucketd to apply max-clients, idle-timeout", "CONFIG", "RELOAD")
 	fail = true
 	expect(t, c, "ERROR ERR reload failed, the running configuration stays: policies.api.capacity: must be > 0", "CONFIG", "RELOAD")
-	if calls != 2 {
+	if calls != 3 {
 		t.Fatalf("Reload called %d times", calls)
 	}
 	none := startServer(t, nil)

@@ -222,7 +222,7 @@ func locked(srv *Engine, sess *session) {
 }
 
 func reloadFails(srv *Engine, _ *session) {
-	srv.cfg.Reload = func() error { return errors.New("bad file") }
+	srv.cfg.Reload = func() ([]string, error) { return nil, errors.New("bad file") }
 }
 
 func answers(err, runErr error) func(*Engine, *session) {
