@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/metrics"
@@ -18,19 +17,14 @@ import (
 	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/resp/wire"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 )
-
-// replicateLoadBound is how long a replicating bucketd waits, at start,
-// for its state from Redis before it serves anyway.
-const replicateLoadBound = 60 * time.Second
 
 // daemon is bucketd from listening to exit: the buckets, the protocol
 // server, the metrics, and the goroutines that serve them.
 type daemon struct {
 	cfg    config.Config
 	logger *slog.Logger
-	b      *buckets
+	mode   mode
 	rl     *reloader
 	srv    *resp.Server    // connections
 	cmds   *command.Engine // commands
@@ -45,25 +39,31 @@ type daemon struct {
 
 // newDaemon builds the registry and the protocol front over b: the
 // command layer, and the connection server that hands it its commands.
-func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader, logger *slog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, logger: logger, b: b, rl: rl, reg: prometheus.NewRegistry(), tls: tlsConf != nil}
-	m, err := metrics.New(d.reg, b.metricSources(func() resp.Stats { return d.srv.Stats() }, func() command.Stats { return d.cmds.Stats() }))
+func newDaemon(cfg config.Config, tlsConf *tls.Config, md mode, rl *reloader, logger *slog.Logger) (*daemon, error) {
+	d := &daemon{cfg: cfg, logger: logger, mode: md, rl: rl, reg: prometheus.NewRegistry(), tls: tlsConf != nil}
+	src := metrics.Sources{
+		Buckets:     md.limiter().Stats,
+		Connections: func() resp.Stats { return d.srv.Stats() },
+		Commands:    func() command.Stats { return d.cmds.Stats() },
+	}
+	md.addMetrics(&src)
+	m, err := metrics.New(d.reg, src)
 	if err != nil {
 		return nil, err
 	}
 	if err := metrics.RegisterRuntime(d.reg); err != nil {
 		return nil, err
 	}
-	clients, err := resp.FitMaxClients(cfg.MaxClients, redisConns(b))
+	clients, err := resp.FitMaxClients(cfg.MaxClients, md.redisConns())
 	if err != nil {
 		return nil, err
 	}
 	clients.Log(logger)
 	cmdCfg := command.Config{
-		Limiter:     b.limiter,
+		Limiter:     md.limiter(),
 		MaxKeyBytes: cfg.MaxKeyBytes,
 		RequirePass: cfg.RequirePass,
-		Info:        b.info(),
+		Info:        md.info(),
 		Logger:      logger,
 		Version:     version,
 	}
@@ -90,45 +90,6 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, b *buckets, rl *reloader,
 	d.cmds.SetPolicies(cfg.Policies)
 	rl.markUse()
 	return d, nil
-}
-
-// redisConns is how many connections to Redis bucketd may open, for the
-// descriptors FitMaxClients keeps: in store mode the client's pool and
-// pipeline pool (per seed node of a cluster, a lower bound when the
-// cluster has more masters); with --replicate the replicator's one
-// connection and its pipeline pool. Through Sentinel, go-redis's failover
-// client adds its Sentinel client's pool (as large as its own pool), a
-// subscription, and a connection to each Sentinel while it looks for the
-// master.
-func redisConns(b *buckets) int {
-	pools := func(pool, pipeline int) int {
-		switch {
-		case pipeline < 0:
-			return pool
-		case pipeline == 0:
-			return pool + redis.DefaultPipelinePoolSize
-		}
-		return pool + pipeline
-	}
-	n := 0
-	if b.rep != nil {
-		n += pools(1, 0)
-		if b.sentinels > 0 {
-			n += 1 + 1 + b.sentinels
-		}
-	}
-	switch c := b.client.(type) {
-	case *redis.Client:
-		o := c.Options()
-		n += pools(o.PoolSize, o.PipelinePoolSize)
-		if b.sentinels > 0 {
-			n += o.PoolSize + 1 + b.sentinels
-		}
-	case *redis.ClusterClient:
-		o := c.Options()
-		n += pools(o.PoolSize, o.PipelinePoolSize) * len(o.Addrs)
-	}
-	return n
 }
 
 // listen opens the client port, then the metrics server: a port in use
@@ -189,14 +150,11 @@ func (d *daemon) warnIfExposed(addr net.Addr) {
 // it early with an error, and so does ctx ending before it serves (an
 // error wrapping ctx's): a signal during the start-up load.
 func (d *daemon) serve(ctx context.Context, hup <-chan os.Signal) error {
-	// A replicating bucketd takes its state back from Redis before it
-	// answers anyone, so a restart does not hand every client a fresh
-	// burst; /readyz says "not ready" meanwhile.
-	if d.b.rep != nil {
-		if err := d.b.rep.LoadAtStart(ctx, replicateLoadBound); err != nil {
-			d.unlisten()
-			return err
-		}
+	// /readyz says "not ready" while the mode loads (replicate mode: its
+	// state from Redis, so that a restart hands no client a fresh burst).
+	if err := d.mode.load(ctx); err != nil {
+		d.unlisten()
+		return err
 	}
 	if err := ctx.Err(); err != nil { // a signal during the start: serve nothing
 		d.unlisten()
@@ -216,16 +174,11 @@ func (d *daemon) serve(ctx context.Context, hup <-chan os.Signal) error {
 // ready, and returns where Serve's result arrives.
 func (d *daemon) start(ctx context.Context, hup <-chan os.Signal) <-chan error {
 	d.bg.start(ctx)
-	if d.b.rep != nil {
-		d.bg.run(d.b.rep.Run)
-	}
-	if d.b.keeper != nil {
-		d.bg.run(func(ctx context.Context) { d.b.keeper.Run(ctx, d.cfg.SnapshotInterval) })
-	}
+	d.mode.start(&d.bg, d.cfg)
 	serveErr := make(chan error, 1)
 	d.bg.run(func(context.Context) { serveErr <- d.srv.Serve(d.ln) }) // ends with Shutdown
 	d.ready.Store(true)
-	attrs := []any{"addr", d.ln.Addr().String(), "mode", d.b.mode, "shards", d.b.shards(),
+	attrs := []any{"addr", d.ln.Addr().String(), "mode", d.mode.name(), "shards", d.mode.shards(),
 		"gomaxprocs", runtime.GOMAXPROCS(0), "version", version, "tls", d.tls,
 		"password", d.cfg.RequirePass != "", "policies", len(d.cfg.Policies)}
 	if d.cfg.File != "" {
@@ -261,7 +214,7 @@ func (d *daemon) shutdown(serveErr <-chan error) error {
 	}
 	d.bg.stop()
 	d.rl.flushLog() // no reload runs any more: the counts held back are written
-	err := d.b.finish(ctx)
+	err := d.mode.finish(ctx)
 	d.stopMetrics(ctx)
 	d.logger.Info("stopped")
 	return err

@@ -1,14 +1,15 @@
 // Command bucketd is a token-bucket rate limiter that speaks the Redis
 // protocol. main only loads the configuration, wires the packages together
-// and handles signals; the work happens in internal/resp, internal/shard,
-// internal/bucket, internal/config and internal/metrics.
+// and handles signals; the work happens in internal/resp and its layers,
+// internal/shard, internal/bucket, internal/config and internal/metrics.
 //
 // The wiring, in the order run follows: the configuration
-// (internal/config, validated there), the buckets for the mode
-// (buckets.go: shards in memory with a snapshot keeper and a replicator,
-// or the Redis store), the protocol server and metrics (daemon.go), then
-// serving until a signal and shutting down in order (daemon.go). Every
-// goroutine run starts is awaited before run returns.
+// (internal/config, validated there), the mode, where the buckets live
+// (mode.go: one type per mode, memory.go for the shards with a snapshot
+// keeper and a replicator, store.go for the Redis store), the protocol
+// front and metrics (daemon.go), then serving until a signal and shutting
+// down in order (daemon.go). Every goroutine run starts is awaited before
+// run returns.
 //
 // Signals are caught from main's first statement: SIGINT and SIGTERM end
 // the start-up loads too (a clean exit, nothing served), and a SIGHUP that
@@ -99,12 +100,12 @@ func runWithSIGHUP(ctx context.Context, hup chan os.Signal, args []string, geten
 	if err != nil {
 		return err
 	}
-	b, err := openBuckets(ctx, cfg, logger)
+	md, err := openMode(ctx, cfg, logger)
 	if err != nil {
 		return startInterrupted(ctx, err, logger)
 	}
-	defer b.close()
-	d, err := newDaemon(cfg, tlsConf, b, rl, logger)
+	defer md.close()
+	d, err := newDaemon(cfg, tlsConf, md, rl, logger)
 	if err != nil {
 		return err
 	}

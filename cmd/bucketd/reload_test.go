@@ -234,13 +234,13 @@ func TestReloadListsSettingsThatNeedARestart(t *testing.T) {
 	var log bytes.Buffer
 	level := new(slog.LevelVar)
 	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: level}))
-	b, err := openBuckets(context.Background(), cfg, logger)
+	md, err := openMode(context.Background(), cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.close()
+	defer md.close()
 	rl := &reloader{current: cfg, file: cfg.File, level: level, logger: logger, getenv: noEnv}
-	if _, err := newDaemon(cfg, nil, b, rl, logger); err != nil {
+	if _, err := newDaemon(cfg, nil, md, rl, logger); err != nil {
 		t.Fatal(err)
 	}
 

@@ -92,11 +92,11 @@ func TestRedisConnsCountsTheSentinels(t *testing.T) {
 	}
 	c := redis.NewFailoverClient(opts) // connects on first use only
 	t.Cleanup(func() { c.Close() })
-	b := &buckets{client: c, sentinels: sentinelCount(url)}
-	if got, want := redisConns(b), 5+redis.DefaultPipelinePoolSize+(5+1+3); got != want {
+	st := &store{client: c, sentinels: sentinelCount(url)}
+	if got, want := st.redisConns(), 5+redis.DefaultPipelinePoolSize+(5+1+3); got != want {
 		t.Fatalf("store mode through 3 Sentinels: %d connections counted, want %d", got, want)
 	}
-	if got, want := redisConns(&buckets{rep: &replica.Replicator{}, sentinels: 3}), 1+redis.DefaultPipelinePoolSize+(1+1+3); got != want {
+	if got, want := (&memory{rep: &replica.Replicator{}, sentinels: 3}).redisConns(), 1+redis.DefaultPipelinePoolSize+(1+1+3); got != want {
 		t.Fatalf("replicate mode through 3 Sentinels: %d connections counted, want %d", got, want)
 	}
 }
