@@ -17,7 +17,11 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 )
 
-// Kind says what a Request does to its bucket.
+// Kind says what a Request does to its bucket. What each kind is, as far
+// as a store needs to know besides how to answer it, is its Spec: the
+// shards and the Redis store consult that one table instead of switching
+// on the kind, so a new kind is one constant, one row, and one function
+// in each store that answers it.
 type Kind uint8
 
 const (
@@ -29,7 +33,57 @@ const (
 	Reset
 	// Throttle runs redis-cell's CL.THROTTLE with Request.Quota.
 	Throttle
+	// NumKinds is the number of kinds: the length of tables indexed by Kind.
+	NumKinds
 )
+
+// Counts says under which counter of Stats a kind's answers are counted.
+type Counts uint8
+
+const (
+	CountsDecisions Counts = iota // Allowed or Denied, by the answer's decision
+	CountsPeeks                   // Peeks
+	CountsResets                  // Resets, when the bucket existed
+)
+
+// Spec is what one Kind is, for every store.
+type Spec struct {
+	Name   string // lower case, for errors and tables
+	Counts Counts
+	// Changes: the request may change its bucket (what replication and
+	// change tracking follow).
+	Changes bool
+	// GCRA: the request works on a CL.THROTTLE state (a theoretical
+	// arrival time) rather than a token bucket; a key holds one or the
+	// other, and a request of the other gets ErrWrongType.
+	GCRA bool
+	// Scripted: the Lua script answers it on Redis (store mode); a store
+	// without it answers ErrUnsupported.
+	Scripted bool
+	// Policy: when the store cannot answer in time (Redis down), the
+	// fail-open or fail-closed policy answers it; otherwise it gets
+	// ErrNotApplied, since the client cannot be told it happened.
+	Policy bool
+}
+
+// specs is the table of every kind; init checks it is complete.
+var specs = [NumKinds]Spec{
+	Acquire:  {Name: "acquire", Counts: CountsDecisions, Changes: true, Scripted: true, Policy: true},
+	Peek:     {Name: "peek", Counts: CountsPeeks, Scripted: true, Policy: true},
+	Reset:    {Name: "reset", Counts: CountsResets, Changes: true, Scripted: true},
+	Throttle: {Name: "throttle", Counts: CountsDecisions, Changes: true, GCRA: true},
+}
+
+func init() {
+	for k, s := range specs {
+		if s.Name == "" {
+			panic("decide: kind " + string(rune('0'+k)) + " has no Spec")
+		}
+	}
+}
+
+// Spec returns what k is.
+func (k Kind) Spec() *Spec { return &specs[k] }
 
 // Request is one client operation on one bucket. Key is only read until the
 // call that answers it returns, so it may point into a connection's read

@@ -67,13 +67,13 @@ func (s *Store) countError(err error) {
 
 // countPolicy counts one answer of kind k that came from the policy.
 func (s *Store) countPolicy(k decide.Kind) {
-	switch k {
-	case decide.Acquire:
-		s.kinds.policyAcquires.Add(1)
-	case decide.Peek:
-		s.kinds.policyPeeks.Add(1)
-	default:
+	if !k.Spec().Policy {
 		return // TB.RESET gets an error reply, not the policy's answer
+	}
+	if k.Spec().Counts == decide.CountsPeeks {
+		s.kinds.policyPeeks.Add(1)
+	} else {
+		s.kinds.policyAcquires.Add(1)
 	}
 	s.degraded.Add(1)
 }

@@ -233,9 +233,11 @@ func (s *Store) expirePipe(p *pipe, node string) (next time.Time, left bool) {
 	return next, left
 }
 
-// failResult is the policy's answer to an operation Redis could not answer.
+// failResult is the policy's answer to an operation Redis could not
+// answer, for the kinds the policy answers (decide.Spec.Policy); the others
+// learn that it may not have been applied.
 func (s *Store) failResult(k decide.Kind) decide.Answer {
-	if k == decide.Reset {
+	if !k.Spec().Policy {
 		return decide.Answer{Err: decide.ErrNotApplied}
 	}
 	return s.fail
@@ -264,16 +266,16 @@ func (s *Store) count(k decide.Kind, r decide.Answer, failed error) {
 	if r.Err != nil {
 		return
 	}
-	switch k {
-	case decide.Acquire:
+	switch k.Spec().Counts {
+	case decide.CountsDecisions:
 		if r.Decision.Allowed {
 			s.allowed.Add(1)
 		} else {
 			s.denied.Add(1)
 		}
-	case decide.Peek:
+	case decide.CountsPeeks:
 		s.peeks.Add(1)
-	case decide.Reset:
+	case decide.CountsResets:
 		if r.Removed {
 			s.resets.Add(1)
 		}
@@ -359,7 +361,7 @@ func (s *Store) outcome(k decide.Kind, v any, err error) (decide.Answer, error) 
 	switch redisscript.Classify(err) {
 	case redisscript.None:
 	case redisscript.WrongType:
-		if k != decide.Reset {
+		if scriptOps[k] != redisscript.Reset {
 			// The key holds something else than a bucket: the client's
 			// answer, not a Redis failure.
 			return decide.Answer{Err: decide.ErrWrongType}, nil
@@ -368,7 +370,7 @@ func (s *Store) outcome(k decide.Kind, v any, err error) (decide.Answer, error) 
 	default:
 		return s.failResult(k), err
 	}
-	if k == decide.Reset {
+	if scriptOps[k] == redisscript.Reset {
 		n, ok := v.(int64)
 		if !ok {
 			return s.failResult(k), fmt.Errorf("%w: DEL answered %T", redisscript.ErrBadReply, v)

@@ -36,7 +36,7 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) {
 	}()
 	remote := make([]int, 0, n) // indexes of the operations for Redis
 	for i := range c.ops {
-		if c.ops[i].Kind == decide.Throttle {
+		if !c.ops[i].Kind.Spec().Scripted {
 			c.results[i] = decide.Answer{Err: decide.ErrUnsupported} // no script on Redis, as in Run
 		} else {
 			remote = append(remote, i)
@@ -149,19 +149,25 @@ func (s *Store) txAnswer(ops []op, remote []int, j int, b *redisscript.Batch, re
 	return n, failure
 }
 
+// scriptOps is the script's operation for each kind the script answers
+// (decide.Spec.Scripted).
+var scriptOps = [decide.NumKinds]redisscript.Op{
+	decide.Acquire: redisscript.Acquire,
+	decide.Peek:    redisscript.Peek,
+	decide.Reset:   redisscript.Reset,
+}
+
 // scriptCall is the script call that answers o, at Redis TIME: its own, or
 // its part of an all-or-nothing group (the first member carries the size).
 func scriptCall(o *op) redisscript.Call {
-	c := redisscript.Call{Op: redisscript.Acquire, Limit: o.Limit, Cost: o.Cost, At: redisscript.RedisTime}
+	c := redisscript.Call{Op: scriptOps[o.Kind], Limit: o.Limit, Cost: o.Cost, At: redisscript.RedisTime}
 	switch {
 	case o.group:
 		c.Op = redisscript.AcquireAll
 		if o.span > 0 {
 			c.Group = int(o.span)
 		}
-	case o.Kind == decide.Peek:
-		c.Op = redisscript.Peek
-	case o.Kind == decide.Reset:
+	case c.Op == redisscript.Reset:
 		c = redisscript.Call{Op: redisscript.Reset}
 	}
 	return c
