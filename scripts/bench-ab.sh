@@ -4,6 +4,8 @@
 #
 #   BASE=a19f1f7 scripts/bench-ab.sh            # A = that commit, B = the work tree
 #   A_BIN=./old B_BIN=./new scripts/bench-ab.sh  # two binaries
+#   BARE=1 scripts/bench-ab.sh                   # A = a bare redcon server answering :1
+#                                                # (tools/redcon-one): the protocol's own cost
 #
 # It starts both builds at once (loopback, free ports) and runs, for every test
 # and repetition, A then B (odd repetitions) or B then A (even ones), so that a
@@ -63,7 +65,12 @@ build() {
   git -C "$repo_root" archive "$1" | tar -x -C "$tmp/src-$2"
   (cd -- "$tmp/src-$2" && go build -o "$tmp/$2" ./cmd/bucketd) || die "building $1 failed"
 }
-if [[ -z ${A_BIN:-} ]]; then
+if [[ -n ${BARE:-} ]]; then
+  log "building A: the bare redcon server (tools/redcon-one)"
+  go -C tools/redcon-one build -o "$tmp/bucketd-a" . || die "building tools/redcon-one failed"
+  A_BIN=$tmp/bucketd-a
+  a_desc="bare redcon server answering :1 (tools/redcon-one)"
+elif [[ -z ${A_BIN:-} ]]; then
   log "building A from $BASE"
   build "$BASE" bucketd-a
   A_BIN=$tmp/bucketd-a
