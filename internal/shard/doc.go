@@ -43,10 +43,13 @@
 //  4. Close never hangs, and neither does any caller: a task posted before
 //     Close is run (the shards drain their queues before they stop), and
 //     every post after it returns ErrClosed having posted nothing, also
-//     to a Caller that already got ErrClosed. A Run is posted to all its
-//     shards or to none, so a vote always has all its voters
+//     to a Caller that already got ErrClosed. Close closes every queue in
+//     one step, so once a post has met ErrClosed on any shard, every later
+//     post meets it on all of them. A Run is posted to all its shards or
+//     to none, so a vote always has all its voters
 //     (TestGroupAcrossShardsMeetingCloseNeverHangs,
-//     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn).
+//     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn,
+//     TestReviewErrClosedStaysClosed).
 //  5. Nothing waits while holding a queue, and nothing orders work across
 //     shards but the queues themselves: a post only appends. A busy shard
 //     delays only the work posted to it (TestBusyShardDelaysNoWorkElsewhere).

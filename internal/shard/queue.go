@@ -15,7 +15,7 @@ import "sync"
 type queue struct {
 	mu     sync.Mutex
 	tasks  []task
-	closed bool // Close was called: posts fail, the owner drains and stops
+	closed bool // Close was called (Group.Close sets it): posts fail, the owner drains and stops
 	idle   bool // the owner found nothing and waits for wake
 
 	// wake tells an idle owner that a task arrived, or that the queue
@@ -71,15 +71,6 @@ func (q *queue) take(spare []task) (tasks []task, closed bool) {
 	}
 	tasks, q.tasks = q.tasks, spare[:0]
 	return tasks, false
-}
-
-// close makes every later post fail and wakes the owner, which runs what
-// is already posted and then stops.
-func (q *queue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.ring()
 }
 
 // len is the number of tasks waiting, for the queue-depth gauge.
