@@ -36,10 +36,12 @@
 //     buckets stay as it checked them (TestAcquireAllNeverOverGrants,
 //     TestAcquireAllDeniedChangesNothing).
 //  3. A shard's time never goes back: every instant it decides at comes
-//     from shard.tick, which never returns one earlier than the last, so a
-//     bucket deleted at one instant is never recreated at an earlier one
+//     from shard.tick, which never returns one earlier than the last, and
+//     is read once per task, so a bucket deleted at one instant is never
+//     recreated at an earlier one, even by a batch that waited at a vote
 //     (TestUnitNeverDecidesBeforeItsShardsLastInstant,
-//     TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant).
+//     TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant,
+//     TestReviewEvictionInAVotedBatchNeverDecidesLater).
 //  4. Close never hangs, and neither does any caller: a task posted before
 //     Close is run (the shards drain their queues before they stop), and
 //     every post after it returns ErrClosed having posted nothing, also
