@@ -52,9 +52,14 @@
 //     (TestGroupAcrossShardsMeetingCloseNeverHangs,
 //     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn,
 //     TestReviewErrClosedStaysClosed).
-//  5. Nothing waits while holding a queue, and nothing orders work across
-//     shards but the queues themselves: a post only appends. A busy shard
-//     delays only the work posted to it (TestBusyShardDelaysNoWorkElsewhere).
+//  5. Nothing waits for a shard while holding a queue, and nothing orders
+//     work across shards but the queues themselves: a post only appends
+//     (it may wait for another post's few appends, to take the next queue).
+//     A busy shard delays the work posted to it and, through a vote it
+//     takes part in, the work behind that vote on the vote's other shards,
+//     which run nothing while they wait (invariant 2), and so on through
+//     their later votes; no other work (TestBusyShardDelaysNoWorkElsewhere,
+//     TestReviewVoteHoldsUpOnlyTheWorkBehindIt).
 //  6. A vote cannot deadlock: by invariant 1 every shard meets the votes
 //     of overlapping Runs in the same order, and the votes of one Run in
 //     the order they were added, so a shard waiting at a vote waits only

@@ -10,8 +10,9 @@ import "sync"
 // shards can hold several queues at once (post) and put one batch in
 // each, in one step that no other post can interleave with: that is what
 // gives every shard the same order of cross-shard work. The mutex guards
-// the slice only; nobody ever waits while holding it (a post never waits
-// for room: see the package doc's invariant on bounds).
+// the slice only; nobody waits for a shard while holding it (a post never
+// waits for room: see the package doc's invariant on bounds), only for the
+// next queue's mutex, taken in ascending order by posts and Close alike.
 type queue struct {
 	mu     sync.Mutex
 	tasks  []task
