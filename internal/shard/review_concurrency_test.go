@@ -88,6 +88,17 @@ func account(log *spendLog, items []item, at []int, res []decide.Answer) {
 	}
 }
 
+// runItems adds items to c, runs them, and logs what the allowed answers
+// took.
+func runItems(c *Caller, log *spendLog, items []item) (res []decide.Answer, at []int, err error) {
+	at = addItems(c, items)
+	res, err = c.Run()
+	if err == nil {
+		account(log, items, at, res)
+	}
+	return res, at, err
+}
+
 // checkSpent peeks every key of log and of keys (with capacity caps[key])
 // and fails unless each bucket lost exactly what the allowed answers
 // took. The clock does not move, so nothing refills.
@@ -162,8 +173,7 @@ func TestReviewGroupsAcrossShardsNeverOverGrant(t *testing.T) {
 				for k, i := range perm {
 					items[k] = all[i]
 				}
-				at := addItems(c, items)
-				res, err := c.Run()
+				res, at, err := runItems(c, log, items)
 				if err != nil {
 					errs.set(err)
 					return
@@ -186,7 +196,6 @@ func TestReviewGroupsAcrossShardsNeverOverGrant(t *testing.T) {
 						}
 					}
 				}
-				account(log, items, at, res)
 			}
 		})
 	}
@@ -259,13 +268,10 @@ func TestReviewVotesOverEveryPairOfShardsNeverDeadlock(t *testing.T) {
 				items = append(items, item{group: true, reqs: []decide.Request{
 					req([]byte(fmt.Sprint("{w", w, "}a"))), req([]byte(fmt.Sprint("{w", w, "}b")))}})
 				rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
-				at := addItems(c, items)
-				res, err := c.Run()
-				if err != nil {
+				if _, _, err := runItems(c, log, items); err != nil {
 					errs.set(err)
 					return
 				}
-				account(log, items, at, res)
 				progress[w].Add(1)
 			}
 		})

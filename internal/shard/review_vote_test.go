@@ -191,13 +191,10 @@ func TestReviewMaintenanceBesideVotesGrantsExactly(t *testing.T) {
 				if string(b) == string(keys[(w+r+3)%4]) {
 					items = items[:2]
 				}
-				at := addItems(c, items)
-				res, err := c.Run()
-				if err != nil {
+				if _, _, err := runItems(c, log, items); err != nil {
 					errs.set(err)
 					return
 				}
-				account(log, items, at, res)
 			}
 		})
 	}
