@@ -36,20 +36,30 @@
 //     buckets stay as it checked them (TestAcquireAllNeverOverGrants,
 //     TestAcquireAllDeniedChangesNothing).
 //  3. A shard's time never goes back: every instant it decides at comes
-//     from shard.tick, which never returns one earlier than the last, so a
-//     bucket deleted at one instant is never recreated at an earlier one
+//     from shard.tick, which never returns one earlier than the last, and
+//     is read once per task, so a bucket deleted at one instant is never
+//     recreated at an earlier one, even by a batch that waited at a vote
 //     (TestUnitNeverDecidesBeforeItsShardsLastInstant,
-//     TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant).
+//     TestUnitThrottleNeverDecidesBeforeItsShardsLastInstant,
+//     TestReviewEvictionInAVotedBatchNeverDecidesLater).
 //  4. Close never hangs, and neither does any caller: a task posted before
 //     Close is run (the shards drain their queues before they stop), and
 //     every post after it returns ErrClosed having posted nothing, also
-//     to a Caller that already got ErrClosed. A Run is posted to all its
-//     shards or to none, so a vote always has all its voters
+//     to a Caller that already got ErrClosed. Close closes every queue in
+//     one step, so once a post has met ErrClosed on any shard, every later
+//     post meets it on all of them. A Run is posted to all its shards or
+//     to none, so a vote always has all its voters
 //     (TestGroupAcrossShardsMeetingCloseNeverHangs,
-//     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn).
-//  5. Nothing waits while holding a queue, and nothing orders work across
-//     shards but the queues themselves: a post only appends. A busy shard
-//     delays only the work posted to it (TestBusyShardDelaysNoWorkElsewhere).
+//     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn,
+//     TestReviewErrClosedStaysClosed).
+//  5. Nothing waits for a shard while holding a queue, and nothing orders
+//     work across shards but the queues themselves: a post only appends
+//     (it may wait for another post's few appends, to take the next queue).
+//     A busy shard delays the work posted to it and, through a vote it
+//     takes part in, the work behind that vote on the vote's other shards,
+//     which run nothing while they wait (invariant 2), and so on through
+//     their later votes; no other work (TestBusyShardDelaysNoWorkElsewhere,
+//     TestReviewVoteHoldsUpOnlyTheWorkBehindIt).
 //  6. A vote cannot deadlock: by invariant 1 every shard meets the votes
 //     of overlapping Runs in the same order, and the votes of one Run in
 //     the order they were added, so a shard waiting at a vote waits only

@@ -309,11 +309,11 @@ type walk struct {
 
 // moving runs before entry i is removed: when that moves the last entry
 // from where the cursor has yet to go to where it has been, remember it,
-// unless it is full at that instant (now, the shard clock).
+// unless it is full at that instant (the running task's, s.last).
 func (w *walk) moving(s *shard, i int32) {
 	last := s.t.len() - 1
 	if int(i) < w.cursor && last >= w.cursor {
-		if e := &s.t.entries[last]; !e.full(s.tick()) {
+		if e := &s.t.entries[last]; !e.full(s.last) { // the task's instant (see tick)
 			w.moved = append(w.moved, e.record(s.t.key(e), s.base))
 		}
 	}

@@ -58,7 +58,12 @@ type shard struct {
 func (s *shard) sweepTick() { s.sweep(s.tick()) }
 
 // tick reads the shard's clock and remembers the reading as its latest
-// instant. Every instant the shard works at comes from here.
+// instant. Every instant the shard works at comes from here, read once at
+// the start of each task (batch.run, call.run, sweepTick); what runs
+// within the task works at that instant, s.last, and never reads the
+// clock again: a batch may wait long at a vote, and a later reading in
+// its middle would let it delete a bucket at one instant and recreate it
+// at the earlier one.
 func (s *shard) tick() int64 {
 	s.last = max(s.last, s.clock())
 	return s.last
@@ -298,7 +303,7 @@ func (s *shard) insert(hash uint64, key []byte, e entry) (int32, bool) {
 	}
 	s.live.Add(1)
 	if s.maxEntries > 0 && s.t.len() > s.maxEntries {
-		at = s.evictOne(s.tick(), at)
+		at = s.evictOne(s.last, at) // the task's instant (see tick)
 	}
 	return at, true
 }

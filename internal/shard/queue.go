@@ -10,12 +10,13 @@ import "sync"
 // shards can hold several queues at once (post) and put one batch in
 // each, in one step that no other post can interleave with: that is what
 // gives every shard the same order of cross-shard work. The mutex guards
-// the slice only; nobody ever waits while holding it (a post never waits
-// for room: see the package doc's invariant on bounds).
+// the slice only; nobody waits for a shard while holding it (a post never
+// waits for room: see the package doc's invariant on bounds), only for the
+// next queue's mutex, taken in ascending order by posts and Close alike.
 type queue struct {
 	mu     sync.Mutex
 	tasks  []task
-	closed bool // Close was called: posts fail, the owner drains and stops
+	closed bool // Close was called (Group.Close sets it): posts fail, the owner drains and stops
 	idle   bool // the owner found nothing and waits for wake
 
 	// wake tells an idle owner that a task arrived, or that the queue
@@ -71,15 +72,6 @@ func (q *queue) take(spare []task) (tasks []task, closed bool) {
 	}
 	tasks, q.tasks = q.tasks, spare[:0]
 	return tasks, false
-}
-
-// close makes every later post fail and wakes the owner, which runs what
-// is already posted and then stops.
-func (q *queue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.ring()
 }
 
 // len is the number of tasks waiting, for the queue-depth gauge.

@@ -137,10 +137,23 @@ func (g *Group) submit(i int, t task) error { return g.shards[i].queue.put(t) }
 // and waits for their goroutines to end. Every later call returns
 // ErrClosed; every call posted before is answered (invariant 4 of the
 // package doc).
+//
+// The queues close in one step, all held at once in ascending order as a
+// post holds them: closed one after another, a caller that had just met
+// ErrClosed on one shard could still be served by another.
 func (g *Group) Close() {
 	g.closeOnce.Do(func() {
 		for _, s := range g.shards {
-			s.queue.close()
+			s.queue.mu.Lock()
+		}
+		for _, s := range g.shards {
+			s.queue.closed = true
+		}
+		for i := len(g.shards) - 1; i >= 0; i-- {
+			g.shards[i].queue.mu.Unlock()
+		}
+		for _, s := range g.shards {
+			s.queue.ring()
 		}
 	})
 	g.wg.Wait()
