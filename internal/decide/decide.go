@@ -15,6 +15,7 @@ import (
 	"errors"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/lease"
 )
 
 // Kind says what a Request does to its bucket. What each kind is, as far
@@ -33,6 +34,20 @@ const (
 	Reset
 	// Throttle runs redis-cell's CL.THROTTLE with Request.Quota.
 	Throttle
+	// LeaseTake is a TB.ACQUIRE in lease mode, at the shards: answered
+	// from this instance's lease of the bucket, or with the call to send
+	// Redis in Request.Lease (internal/lease).
+	LeaseTake
+	// LeaseApply hands the shards Redis's reply to a lease call
+	// (Request.Lease.Reply); LeaseFail says the call got none.
+	LeaseApply
+	LeaseFail
+	// LeaseReset tells the shards a TB.RESET of the key went to Redis:
+	// the denial the entry remembers ends.
+	LeaseReset
+	// Lease is the lease call itself, on Redis (Request.Lease.Call),
+	// answered with Request.Lease.Reply and the call's decision.
+	Lease
 	// NumKinds is the number of kinds: the length of tables indexed by Kind.
 	NumKinds
 )
@@ -44,6 +59,7 @@ const (
 	CountsDecisions Counts = iota // Allowed or Denied, by the answer's decision
 	CountsPeeks                   // Peeks
 	CountsResets                  // Resets, when the bucket existed
+	CountsNothing                 // not a client's request: not counted
 )
 
 // Spec is what one Kind is, for every store.
@@ -72,6 +88,14 @@ var specs = [NumKinds]Spec{
 	Peek:     {Name: "peek", Counts: CountsPeeks, Scripted: true, Policy: true},
 	Reset:    {Name: "reset", Counts: CountsResets, Changes: true, Scripted: true},
 	Throttle: {Name: "throttle", Counts: CountsDecisions, Changes: true, GCRA: true},
+	// In lease mode the client's decision is counted once, where it is
+	// made: at the shards for a local answer, by the lease store for an
+	// answer from Redis (LeaseTake counts nothing itself).
+	LeaseTake:  {Name: "lease-take", Counts: CountsNothing},
+	LeaseApply: {Name: "lease-apply", Counts: CountsNothing},
+	LeaseFail:  {Name: "lease-fail", Counts: CountsNothing},
+	LeaseReset: {Name: "lease-reset", Counts: CountsNothing},
+	Lease:      {Name: "lease", Counts: CountsNothing, Changes: true, Scripted: true, Policy: true},
 }
 
 func init() {
@@ -90,10 +114,29 @@ func (k Kind) Spec() *Spec { return &specs[k] }
 // buffer; a store that keeps the key copies it.
 type Request struct {
 	Key   []byte
-	Limit bucket.Limit // Acquire and Peek
-	Cost  float64      // Acquire and Peek
+	Limit bucket.Limit // Acquire, Peek and the lease kinds
+	Cost  float64      // Acquire, Peek and the lease kinds
 	Quota bucket.GCRA  // Throttle
 	Kind  Kind
+	// Lease is the lease kinds' exchange, owned by whoever adds the
+	// request (a pointer, so that other requests carry 8 bytes for it).
+	Lease *LeaseOp
+}
+
+// LeaseOp is what lease mode's requests carry besides the common fields.
+type LeaseOp struct {
+	// Outcome, set by the shards at LeaseTake: answered (lease.Local), or
+	// Redis must answer (lease.Ask with Call, or lease.Plain).
+	Outcome lease.Outcome
+	// Call is the lease call: set by the shards at LeaseTake (lease.Ask),
+	// read by the Redis store for Lease.
+	Call lease.Request
+	// Reply is Redis's answer to Call: set by the Redis store for Lease,
+	// read by the shards at LeaseApply. Replied says Redis did answer:
+	// without it the call's decision is the fail policy's and Reply means
+	// nothing.
+	Reply   lease.Reply
+	Replied bool
 }
 
 // Answer is the answer to one Request. When Err is set the other fields

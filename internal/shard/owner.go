@@ -8,6 +8,7 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/clock"
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
 )
 
 // task is what travels on a shard's queue: a client batch, or a
@@ -47,6 +48,9 @@ type shard struct {
 
 	walk *walk // the snapshot walk in progress (maintain.go); nil when none
 
+	leases     *leases      // lease mode's entries (lease.go); nil in the other modes
+	leaseCount atomic.Int64 // entries holding a lease
+
 	// last is the latest instant the shard has worked at: tick never
 	// returns an earlier one, so a bucket deleted at one instant is never
 	// recreated at an earlier one (its refill would count twice), whatever
@@ -55,7 +59,13 @@ type shard struct {
 }
 
 // sweepTick is what the shard does on each tick of its sweep timer.
-func (s *shard) sweepTick() { s.sweep(s.tick()) }
+func (s *shard) sweepTick() {
+	now := s.tick()
+	s.sweep(now)
+	if s.leases != nil {
+		s.leaseSweep(now, s.sweepMin)
+	}
+}
 
 // tick reads the shard's clock and remembers the reading as its latest
 // instant. Every instant the shard works at comes from here, read once at
@@ -84,6 +94,9 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 	}
 	if cfg.MaxBuckets > 0 {
 		s.maxEntries = max(1, cfg.MaxBuckets/shards)
+	}
+	if cfg.Lease != nil {
+		s.leases = &leases{cfg: *cfg.Lease, m: make(map[string]*lease.Entry)}
 	}
 	s.rng = uint64(time.Now().UnixNano()) | 1
 	return s
@@ -183,6 +196,22 @@ func (s *shard) answer(o *op, now int64, n *tally) decide.Answer {
 		return s.reset(o, now, n)
 	case decide.Throttle:
 		return s.throttle(o, now, n)
+	case decide.LeaseTake:
+		if s.leases != nil {
+			return s.leaseTake(o, now, n)
+		}
+	case decide.LeaseApply:
+		if s.leases != nil {
+			return s.leaseApply(o, now)
+		}
+	case decide.LeaseFail:
+		if s.leases != nil {
+			return s.leaseFail(o)
+		}
+	case decide.LeaseReset:
+		if s.leases != nil {
+			return s.leaseReset(o)
+		}
 	}
 	return decide.Answer{Err: decide.ErrUnsupported}
 }

@@ -36,6 +36,9 @@ type Config struct {
 	// dropped and counted (Stats.ChangesDropped). Replication reads them
 	// with Collect. 0 turns tracking off: memory mode pays nothing for it.
 	TrackChanges int
+	// Lease, when set, makes the shards lease mode's: they keep lease
+	// entries (lease.go) and answer the lease kinds of decide.
+	Lease *LeaseConfig
 	// MaxBuckets, when > 0, bounds the live buckets (split evenly over the
 	// shards). A new bucket beyond it evicts the bucket, among a random
 	// sample, that is closest to full: it carries the least information,

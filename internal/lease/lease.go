@@ -1,0 +1,262 @@
+// Package lease is the instance side of lease mode: what one bucketd
+// instance does with the tokens it holds in leases from the buckets Redis
+// keeps, so that most calls are answered from its memory while no window
+// ever sees more grants, over all instances, than one bucket would give.
+//
+// Redis keeps each bucket and, per instance, a lease record: the tokens it
+// counts as that instance's (held), under an epoch, until an expiry
+// (internal/bucket's Lease, and the script's "lease" op). Redis refills a
+// bucket only up to capacity minus what all records hold, so the bucket
+// plus every lease never exceeds capacity. This package decides, per key
+// and instance, when to answer from the lease, when to ask Redis, how much
+// to ask for, and when to give tokens back. It is pure and clock-free:
+// times are passed in, microseconds of the instance's monotonic clock.
+//
+// The rules that keep the invariant, whatever Redis and the network do:
+//
+//  1. The instance spends only tokens Redis has told it it holds, and only
+//     before its deadline: the send time of the call whose reply granted
+//     them, plus the record's TTL, minus a margin. Redis counts them until
+//     the call's execution time plus the TTL, which is later. So a lease
+//     is never spent after Redis may have let it lapse, judged on the
+//     instance's own clock from before it asked.
+//  2. One call to Redis per key is out at a time, and reports (tokens spent,
+//     tokens given back) count only within the epoch of the record they
+//     were made under. A call whose reply never came leaves the instance
+//     not knowing what Redis did, so the instance drops the lease at once
+//     (Fail) and starts a new record at its next call, whose epoch makes
+//     Redis drop the old one as spent: an unknown outcome costs under-grant,
+//     never over-grant.
+//  3. A call with another limit (capacity or rate) than the lease's is never
+//     answered from it: the lease is given back and the call goes to Redis.
+//  4. A key Redis has just denied is denied locally until the tokens the
+//     call asked for can be there (retry_after_ms), so denied traffic costs
+//     no Redis call per request.
+package lease
+
+import (
+	"math"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+// Policy sets how an instance sizes and keeps its leases. Times are
+// microseconds. Use DefaultPolicy, or fill every field.
+type Policy struct {
+	// Target is how much of the key's demand on this instance a lease
+	// covers: a key asked for 1,000 tokens a second with Target 200 ms
+	// leases 200 tokens, so it costs about five Redis calls a second.
+	Target int64
+	// MaxShare bounds a lease to this share of the bucket's capacity, so
+	// that what sits unused in leases stays small next to the bucket.
+	MaxShare float64
+	// TTL is how long Redis keeps a lease record after the call that last
+	// renewed it; a crashed instance's lease comes back after this.
+	TTL int64
+	// Margin is how long before the TTL runs out, counted from the send,
+	// the instance stops spending: room for clocks that run at slightly
+	// different rates.
+	Margin int64
+	// Idle is how long a lease goes unused before it is given back.
+	Idle int64
+	// RenewBelow renews a lease, ahead of need and without making a call
+	// wait, once its tokens fall below this share of the size it asked.
+	RenewBelow float64
+}
+
+// DefaultPolicy is a lease sized for 200 ms of demand, at most a tenth of
+// the capacity, kept 2 s by Redis, spent until 1.5 s after the send,
+// given back after 1 s unused, renewed at half.
+var DefaultPolicy = Policy{
+	Target:     200_000,
+	MaxShare:   0.1,
+	TTL:        2_000_000,
+	Margin:     500_000,
+	Idle:       1_000_000,
+	RenewBelow: 0.5,
+}
+
+// Request is what the instance asks Redis for one key: the script's lease
+// call. Cost is the call's own tokens, taken now if Redis holds them;
+// Want is what it would like to hold beyond them.
+type Request struct {
+	Limit    bucket.Limit
+	Cost     float64
+	Epoch    int64   // the record's epoch as the instance knows it; 0: none
+	Consumed float64 // tokens spent from the lease since the last report
+	Returned float64 // unspent lease tokens given back
+	Want     float64
+}
+
+// Reply is what Redis answered a Request.
+type Reply struct {
+	// Decision is the call's own: allowed when Redis held Cost; Remaining
+	// is what Redis holds after the call, leases not counted.
+	Decision bucket.Decision
+	Epoch    int64   // the record's epoch after the call; 0: none left
+	Held     float64 // the tokens Redis counts as this instance's after the call
+}
+
+// Entry is one key's lease on this instance. The zero value is a key with
+// no lease. Owned by one goroutine (the key's shard).
+type Entry struct {
+	Limit    bucket.Limit // the lease's limit; the calls it may answer
+	Epoch    int64        // the record's epoch; 0: no record known
+	Tokens   float64      // the tokens Redis counts as this instance's and it has not spent
+	Spent    float64      // spent since the last report
+	Deadline int64        // nothing is spent at or after this instant
+	Size     float64      // the lease size last asked for
+	Demand   float64      // tokens a second asked here, decaying (see observe)
+	Last     int64        // the instant of the last call
+	// DenyUntil and DenyCost: Redis denied a call of cost DenyCost; calls of
+	// that cost or more are denied here until DenyUntil.
+	DenyUntil int64
+	DenyCost  float64
+	// RedisTokens is what Redis held after the last reply, for the
+	// remaining of local answers.
+	RedisTokens float64
+	// InFlight: a call to Redis is out; SentAt is when it was sent, and
+	// sentLimit the limit it asked under.
+	InFlight  bool
+	SentAt    int64
+	sentLimit bucket.Limit
+}
+
+// Outcome says how a call was answered.
+type Outcome uint8
+
+const (
+	// Local: answered from the lease (allowed) or from a recent denial.
+	Local Outcome = iota
+	// Ask: Redis must answer; the Request to send comes with it.
+	Ask
+	// Plain: Redis must answer, but a lease call for the key is already
+	// out: send the call as a plain acquire, which touches no lease.
+	Plain
+)
+
+// Take answers a call of cost on limit at now, from the lease when it can
+// (rules 1, 3, 4). With Ask, the returned Request is the lease call to
+// send (the entry now counts it as in flight: answer it with Apply or
+// Fail). renew, with Local, says a renewal should be sent ahead of need:
+// call Renew for its Request.
+func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outcome, d bucket.Decision, req Request, renew bool) {
+	p.observe(e, cost, now)
+	switch {
+	case cost > l.Capacity:
+		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: -1}, Request{}, false
+	case e.DenyUntil > now && cost >= e.DenyCost && l == e.Limit:
+		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: ceilMs(e.DenyUntil - now)}, Request{}, false
+	case l == e.Limit && now < e.Deadline && e.Tokens >= cost:
+		e.Tokens -= cost
+		e.Spent += cost
+		d = bucket.Decision{Allowed: true, Remaining: e.remaining()}
+		return Local, d, Request{}, !e.InFlight && e.Tokens < p.RenewBelow*e.Size
+	case e.InFlight:
+		return Plain, bucket.Decision{}, Request{}, false
+	}
+	return Ask, bucket.Decision{}, p.request(e, l, cost, now), false
+}
+
+// Renew returns the lease call that renews e ahead of need (after Take
+// said renew), and counts it as in flight.
+func (p Policy) Renew(e *Entry, now int64) Request { return p.request(e, e.Limit, 0, now) }
+
+// request builds the lease call for a call of cost on l and marks it in
+// flight: it reports what was spent, gives back what the lease cannot
+// answer (all of it under another limit, or past the deadline, when it can
+// no longer be spent), and asks for the size the demand calls for.
+func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Request {
+	r := Request{Limit: l, Cost: cost, Epoch: e.Epoch, Consumed: e.Spent}
+	usable := 0.0
+	if l == e.Limit && now < e.Deadline {
+		usable = e.Tokens
+	} else {
+		r.Returned, e.Tokens = e.Tokens, 0
+	}
+	e.Size = p.size(e, l)
+	r.Want = max(0, e.Size-usable)
+	e.Spent = 0
+	e.InFlight, e.SentAt, e.sentLimit = true, now, l
+	return r
+}
+
+// size is the lease the key's demand calls for: Target of it, at most
+// MaxShare of the capacity.
+func (p Policy) size(e *Entry, l bucket.Limit) float64 {
+	return min(e.Demand*float64(p.Target)/1e6, p.MaxShare*l.Capacity)
+}
+
+// Apply takes in Redis's reply to the call in flight, at now: the tokens
+// Redis counts as this instance's, less what was spent since the send, may
+// be spent until the deadline (rule 1); a denial is remembered (rule 4).
+func (p Policy) Apply(e *Entry, r Reply, cost float64, now int64) {
+	e.InFlight = false
+	e.Limit, e.Epoch = e.sentLimit, r.Epoch
+	e.RedisTokens = float64(r.Decision.Remaining)
+	if r.Epoch == 0 {
+		e.Tokens, e.Deadline = 0, 0
+	} else {
+		e.Tokens = max(0, r.Held-e.Spent) // Spent: what went out of the lease since the send
+		e.Deadline = e.SentAt + p.TTL - p.Margin
+	}
+	if !r.Decision.Allowed && r.Decision.RetryAfterMs > 0 {
+		e.DenyUntil, e.DenyCost = now+r.Decision.RetryAfterMs*1000, cost
+	} else {
+		e.DenyUntil = 0
+	}
+}
+
+// Fail takes in that the call in flight got no reply (rule 2): what Redis
+// did is unknown, so the lease is dropped, and the next call starts a new
+// record.
+func (p Policy) Fail(e *Entry) {
+	e.InFlight = false
+	e.Epoch, e.Tokens, e.Spent, e.Deadline = 0, 0, 0, 0
+}
+
+// GiveBack returns the call that gives the whole lease back (idle, or at
+// shutdown) and marks it in flight; ok is false when there is nothing to
+// give back or report, or a call is out already.
+func (p Policy) GiveBack(e *Entry, now int64) (Request, bool) {
+	if e.InFlight || e.Epoch == 0 {
+		return Request{}, false
+	}
+	r := Request{Limit: e.Limit, Epoch: e.Epoch, Consumed: e.Spent, Returned: e.Tokens}
+	e.Tokens, e.Spent, e.Size = 0, 0, 0
+	e.InFlight, e.SentAt, e.sentLimit = true, now, e.Limit
+	return r, true
+}
+
+// Unused reports whether e has gone unused long enough to give its lease
+// back.
+func (p Policy) Unused(e *Entry, now int64) bool { return now-e.Last >= p.Idle }
+
+// Forgettable reports whether e holds nothing worth keeping: no lease, no
+// call out, no denial in force, unused for Idle. Its demand is forgotten
+// with it.
+func (p Policy) Forgettable(e *Entry, now int64) bool {
+	return !e.InFlight && e.Epoch == 0 && e.DenyUntil <= now && p.Unused(e, now)
+}
+
+// observe folds a call of cost at now into the key's demand: an
+// exponentially decaying rate with a time constant of Target, so a lease
+// follows a change of load within a few lease periods.
+func (p Policy) observe(e *Entry, cost float64, now int64) {
+	dt := now - e.Last
+	if e.Last == 0 || dt < 0 {
+		dt = 0
+	}
+	tau := float64(max(p.Target, 1))
+	decay := math.Exp(-float64(dt) / tau)
+	e.Demand = e.Demand*decay + cost*1e6/tau
+	e.Last = now
+}
+
+// remaining is what a local answer shows: the lease's tokens plus what
+// Redis held at the last reply, whole tokens. Other instances' leases are
+// not counted.
+func (e *Entry) remaining() int64 { return int64(math.Floor(e.Tokens + e.RedisTokens)) }
+
+// ceilMs converts microseconds to milliseconds, rounded up.
+func ceilMs(us int64) int64 { return (us + 999) / 1000 }

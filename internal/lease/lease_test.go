@@ -1,0 +1,187 @@
+package lease
+
+import (
+	"math"
+	"testing"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+)
+
+var lim = bucket.Limit{Capacity: 1000, Rate: 100}
+
+// granted is Redis's reply to a call that held its cost and leased held in
+// all under epoch 7.
+func granted(held float64) Reply {
+	return Reply{Decision: bucket.Decision{Allowed: true, Remaining: 500}, Epoch: 7, Held: held}
+}
+
+func TestColdKeyAsksForItsCostAndStrandsNothing(t *testing.T) {
+	p := DefaultPolicy
+	var e Entry
+	o, _, req, _ := p.Take(&e, lim, 1, 1_000_000)
+	if o != Ask || req.Cost != 1 || req.Epoch != 0 || req.Consumed != 0 || req.Returned != 0 {
+		t.Fatalf("first call: %v %+v, want Ask for its cost, no record", o, req)
+	}
+	if req.Want > 1 {
+		t.Fatalf("a key seen once asks to lease %v tokens, want at most 1 (its demand: one token)", req.Want)
+	}
+	if !e.InFlight {
+		t.Fatal("the call is not counted in flight")
+	}
+	o, _, _, _ = p.Take(&e, lim, 1, 1_000_010)
+	if o != Plain {
+		t.Fatalf("a second call while the lease call is out: %v, want Plain (one lease call out per key)", o)
+	}
+}
+
+func TestLeaseAnswersUntilItsDeadline(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(50), 1, 1_002_000) // sent at 1 s; 50 tokens beyond its cost
+	if e.Tokens != 50 || e.Deadline != 1_000_000+p.TTL-p.Margin {
+		t.Fatalf("after the reply: %+v", e)
+	}
+	for i := range 50 {
+		o, d, _, _ := p.Take(&e, lim, 1, 1_003_000+int64(i))
+		if o != Local || !d.Allowed {
+			t.Fatalf("call %d from a lease of 50: %v %+v", i, o, d)
+		}
+	}
+	if e.Spent != 50 || e.Tokens != 0 {
+		t.Fatalf("after 50 calls: spent %v, tokens %v", e.Spent, e.Tokens)
+	}
+	o, _, req, _ := p.Take(&e, lim, 1, 1_004_000)
+	if o != Ask || req.Consumed != 50 || req.Epoch != 7 {
+		t.Fatalf("the lease spent: %v %+v, want Ask reporting 50 spent under epoch 7", o, req)
+	}
+	// A lease past its deadline is not spent, and is given back.
+	e = Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(50), 1, 1_001_000)
+	o, _, req, _ = p.Take(&e, lim, 1, e.Deadline)
+	if o != Ask || req.Returned != 50 || e.Tokens != 0 {
+		t.Fatalf("at the deadline: %v %+v tokens %v, want Ask giving the 50 back", o, req, e.Tokens)
+	}
+}
+
+func TestTokensSpentWhileTheCallIsOutAreNotCountedTwice(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(20), 1, 1_001_000)
+	for range 15 { // below half of the size asked: a renewal
+		p.Take(&e, lim, 1, 1_002_000)
+	}
+	req := p.Renew(&e, 1_002_000)
+	if req.Consumed != 15 || req.Cost != 0 {
+		t.Fatalf("renewal %+v, want 15 spent reported, no cost", req)
+	}
+	for range 3 { // spent while the renewal is out
+		if o, d, _, _ := p.Take(&e, lim, 1, 1_003_000); o != Local || !d.Allowed {
+			t.Fatalf("a call while the renewal is out: %v", o)
+		}
+	}
+	// Redis counted 5 (20 - 15) before the renewal's grant of 30: held 35.
+	// The 3 spent since the send come off it.
+	p.Apply(&e, granted(35), 0, 1_004_000)
+	if e.Tokens != 32 || e.Spent != 3 {
+		t.Fatalf("after the renewal: tokens %v spent %v, want 32 and 3 (reported next time)", e.Tokens, e.Spent)
+	}
+}
+
+func TestAnotherLimitIsNeverAnsweredFromTheLease(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(50), 1, 1_001_000)
+	other := bucket.Limit{Capacity: 10, Rate: 1}
+	o, _, req, _ := p.Take(&e, other, 1, 1_002_000)
+	if o != Ask || req.Returned != 50 || req.Limit != other || e.Tokens != 0 {
+		t.Fatalf("a call with another limit: %v %+v, want Ask giving the lease back", o, req)
+	}
+}
+
+func TestDeniedKeyIsDeniedLocallyUntilATokenCanBeThere(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 5, 1_000_000)
+	p.Apply(&e, Reply{Decision: bucket.Decision{RetryAfterMs: 40}, Epoch: 0}, 5, 1_001_000)
+	o, d, _, _ := p.Take(&e, lim, 5, 1_011_000)
+	if o != Local || d.Allowed || d.RetryAfterMs != 30 {
+		t.Fatalf("10 ms after a denial of 40 ms: %v %+v, want a local denial, retry 30 ms", o, d)
+	}
+	if o, _, _, _ := p.Take(&e, lim, 1, 1_012_000); o != Ask {
+		t.Fatalf("a smaller cost after the denial: %v, want Ask", o)
+	}
+	p.Fail(&e)
+	if o, _, _, _ := p.Take(&e, lim, 5, 1_041_000); o != Ask {
+		t.Fatalf("once a token can be there: %v, want Ask", o)
+	}
+	if _, d, _, _ := p.Take(&e, lim, 1001, 1_042_000); d.Allowed || d.RetryAfterMs != -1 {
+		t.Fatalf("cost above capacity: %+v, want denied, retry -1, no call", d)
+	}
+}
+
+func TestAFailedCallDropsTheLease(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(50), 1, 1_001_000)
+	p.Take(&e, lim, 1, 1_002_000)
+	req := p.Renew(&e, 1_002_000)
+	if req.Epoch != 7 {
+		t.Fatal(req)
+	}
+	p.Fail(&e)
+	if e.Tokens != 0 || e.Epoch != 0 || e.Spent != 0 {
+		t.Fatalf("after a failed call: %+v, want nothing held, no epoch", e)
+	}
+	if _, _, req, _ := p.Take(&e, lim, 1, 1_003_000); req.Epoch != 0 || req.Consumed != 0 {
+		t.Fatalf("the next call %+v: want a new record, no report (Redis drops the old one as spent)", req)
+	}
+}
+
+func TestLeaseFollowsDemandWithinItsBounds(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	now := int64(1_000_000)
+	for range 2000 { // 1,000 calls a second for 2 s
+		now += 1000
+		p.observe(&e, 1, now)
+	}
+	if math.Abs(e.Demand-1000) > 50 {
+		t.Fatalf("demand %v tokens/s at 1,000 calls of 1 a second", e.Demand)
+	}
+	if got, want := p.size(&e, lim), 200.0*e.Demand/1000; math.Abs(got-min(want, 100)) > 1e-9 {
+		t.Fatalf("lease size %v, want Target's worth capped at a tenth of the capacity (100)", got)
+	}
+	small := bucket.Limit{Capacity: 50, Rate: 1}
+	if got := p.size(&e, small); got != 5 {
+		t.Fatalf("lease size %v under capacity 50, want 5 (MaxShare)", got)
+	}
+	now += 10 * p.Target
+	p.observe(&e, 1, now)
+	if e.Demand > 10 {
+		t.Fatalf("demand %v tokens/s after ten lease periods idle", e.Demand)
+	}
+}
+
+func TestGiveBackReturnsTheWholeLease(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	if _, ok := p.GiveBack(&e, 0); ok {
+		t.Fatal("an entry with no record gives something back")
+	}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(40), 1, 1_001_000)
+	p.Take(&e, lim, 1, 1_002_000)
+	req, ok := p.GiveBack(&e, 1_002_000+p.Idle)
+	if !ok || req.Returned != 39 || req.Consumed != 1 || req.Want != 0 || e.Tokens != 0 {
+		t.Fatalf("give back: %+v %v, tokens %v", req, ok, e.Tokens)
+	}
+	p.Apply(&e, Reply{Decision: bucket.Decision{Allowed: true}}, 0, 1_003_000+p.Idle)
+	if !p.Forgettable(&e, 1_002_000+2*p.Idle) {
+		t.Fatalf("after giving everything back and Idle unused: %+v, want forgettable", e)
+	}
+}

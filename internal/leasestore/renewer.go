@@ -1,0 +1,126 @@
+package leasestore
+
+import (
+	"sync"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
+)
+
+// maxRenewBatch is how many lease calls the renewer sends in one Run.
+const maxRenewBatch = 256
+
+// maxRenewQueue bounds the calls waiting for the renewer. A key has at
+// most one call out, so the queue is bounded by the keys anyway; past this
+// the shard drops the lease instead (its lease rule 2), which costs only
+// under-grant.
+const maxRenewQueue = 1 << 16
+
+// renewer sends the lease calls the shards start by themselves, renewals
+// ahead of need and leases given back, in batches, without making any
+// client wait, and hands every reply (or its absence) back to the shards
+// before it takes the next batch (invariant 1).
+type renewer struct {
+	s      *Store
+	mu     sync.Mutex
+	queue  []call
+	closed bool
+	wake   chan struct{} // one signal: calls are waiting, or the renewer closed
+	done   chan struct{} // closed when the loop has sent everything and ended
+	shards decide.Caller
+	redis  decide.Caller
+	batch  []call
+	ops    []decide.LeaseOp
+}
+
+// call is one lease call a shard started.
+type call struct {
+	key   string
+	limit bucket.Limit
+	req   lease.Request
+}
+
+func newRenewer(s *Store) *renewer {
+	return &renewer{s: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// start begins the loop; the shards exist by then.
+func (r *renewer) start() {
+	r.shards, r.redis = r.s.group.NewCaller(), r.s.redis.NewCaller()
+	go r.loop()
+}
+
+// post takes a call from a shard's goroutine (shard.LeaseConfig.Outbox):
+// it never blocks, and refuses when the renewer is closed or full.
+func (r *renewer) post(key string, limit bucket.Limit, req lease.Request) bool {
+	r.mu.Lock()
+	ok := !r.closed && len(r.queue) < maxRenewQueue
+	if ok {
+		r.queue = append(r.queue, call{key: key, limit: limit, req: req})
+	}
+	r.mu.Unlock()
+	if ok {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	return ok
+}
+
+// close sends what is queued and ends the loop.
+func (r *renewer) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	<-r.done
+}
+
+func (r *renewer) loop() {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		n := min(len(r.queue), maxRenewBatch)
+		r.batch = append(r.batch[:0], r.queue[:n]...)
+		r.queue = append(r.queue[:0], r.queue[n:]...)
+		closed := r.closed && len(r.queue) == 0
+		r.mu.Unlock()
+		if n > 0 {
+			r.send()
+			continue
+		}
+		if closed {
+			return
+		}
+		<-r.wake
+	}
+}
+
+// send sends one batch to Redis and its replies to the shards.
+func (r *renewer) send() {
+	if cap(r.ops) < len(r.batch) {
+		r.ops = make([]decide.LeaseOp, len(r.batch))
+	}
+	r.ops = r.ops[:len(r.batch)]
+	for i, c := range r.batch {
+		r.ops[i] = decide.LeaseOp{Call: c.req}
+		r.redis.Add(decide.Request{Kind: decide.Lease, Key: []byte(c.key), Limit: c.limit, Lease: &r.ops[i]})
+	}
+	r.s.n.leaseCalls.Add(int64(len(r.batch)))
+	_, err := r.redis.Run()
+	for i, c := range r.batch {
+		k := decide.LeaseApply
+		if err != nil || !r.ops[i].Replied {
+			k = decide.LeaseFail
+			r.s.n.failed.Add(1)
+		}
+		r.shards.Add(decide.Request{Kind: k, Key: []byte(c.key), Lease: &r.ops[i]})
+	}
+	r.shards.Run() //nolint:errcheck // the shards close after the renewer
+	clear(r.batch)
+}

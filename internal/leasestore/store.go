@@ -1,0 +1,126 @@
+// Package leasestore is lease mode: Redis keeps every bucket, as in store
+// mode, and this instance answers most calls from leases of tokens it holds
+// from those buckets (internal/lease), in its shards' memory, asking Redis
+// only when a lease cannot answer, ahead of need to renew one, and to give
+// one back.
+//
+// A Store is a decide.Limiter over two parts: a shard group in lease mode
+// (internal/shard, its entries owned by the shards' goroutines), which
+// answers what a lease can; and the Redis store (internal/redisstore),
+// which answers what it cannot, with its batching, timeouts and fail-open
+// or fail-closed answers. A Caller's Run sends its TB.ACQUIREs to the
+// shards; those the shards cannot answer go to Redis as lease calls (the
+// script's "lease" op: the call's own cost, a report of what the lease
+// spent, and the tokens it wants to hold), and the replies go back to the
+// shards before Run returns. Calls the shards start by themselves
+// (renewals ahead of need, leases given back when idle) go out through the
+// renewer (renewer.go) without making any client wait.
+//
+// What lease mode answers differently from store mode: TB.MACQUIRE and the
+// groups of several-limit policies are sent to Redis as in store mode
+// (never from a lease, so never over-granting, at store mode's speed);
+// TB.PEEK and TB.RESET go to Redis (a PEEK's remaining is what Redis holds,
+// without the leases of any instance; a RESET leaves the leases of other
+// instances in place, and their recent denials stand until their
+// retry_after_ms); MULTI/EXEC runs its bucket commands as a pipeline would
+// (isolated from this instance's other clients by the shards, not from
+// other instances: a lease's tokens are this instance's alone);
+// CL.THROTTLE is not available, as in store mode.
+//
+// Invariants (the lease rules of internal/lease hold for every entry):
+//
+//  1. Every lease call the shards ask for is answered to them, by Apply
+//     when Redis replied and by Fail when it did not, before the Caller's
+//     Run returns (for calls of a Run) or before the renewer takes its next
+//     batch (for the calls the shards started): an entry is never left in
+//     flight, which would send every later call of its key to Redis.
+//  2. Close gives every lease back through the renewer, waits for those
+//     calls within the Redis timeout, and only then closes the shards; a
+//     Caller used after Close gets ErrClosed.
+package leasestore
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
+	"github.com/bucketd/bucketd/internal/shard"
+)
+
+// ErrClosed is returned by Caller.Run after Close.
+var ErrClosed = errors.New("leasestore: store closed")
+
+// Config sets up a Store.
+type Config struct {
+	// Shards are the shards' settings; Lease is set by New.
+	Shards shard.Config
+	// Redis answers what the leases cannot: the Redis store, built with
+	// this instance's lease id (redisstore.Config.Instance).
+	Redis decide.Limiter
+	// Policy sizes and keeps the leases (lease.DefaultPolicy when zero).
+	Policy lease.Policy
+}
+
+// Store is lease mode's decide.Limiter. Safe for concurrent use.
+type Store struct {
+	group  *shard.Group
+	redis  decide.Limiter
+	policy lease.Policy
+	ren    *renewer
+	n      counters
+	closed atomic.Bool
+}
+
+// counters are lease mode's own: what Redis answered and what the leases
+// did, beside the shards' counts of local answers.
+type counters struct {
+	fromRedis  atomic.Int64 // client decisions Redis made
+	allowed    atomic.Int64 // of them, allowed
+	leaseCalls atomic.Int64 // lease calls sent (a client's miss, a renewal, a give-back)
+	plainCalls atomic.Int64 // plain acquires sent (a miss while a lease call was out)
+	failed     atomic.Int64 // lease calls that got no reply: the lease was dropped
+	leased     atomic.Int64 // tokens leased, in millionths
+	returned   atomic.Int64 // tokens given back, in millionths
+}
+
+// New starts the shards in lease mode and the renewer.
+func New(cfg Config) *Store {
+	if cfg.Policy == (lease.Policy{}) {
+		cfg.Policy = lease.DefaultPolicy
+	}
+	s := &Store{redis: cfg.Redis, policy: cfg.Policy}
+	s.ren = newRenewer(s)
+	cfg.Shards.Lease = &shard.LeaseConfig{Policy: cfg.Policy, Outbox: s.ren.post}
+	s.group = shard.New(cfg.Shards)
+	s.ren.start()
+	return s
+}
+
+// NewCaller returns a Caller for one connection.
+func (s *Store) NewCaller() decide.Caller { return s.newCaller() }
+
+// Stats sums the shards' local answers and Redis's.
+func (s *Store) Stats() decide.Stats {
+	st := s.group.Stats().Stats
+	rs := s.redis.Stats()
+	redisAllowed := s.n.allowed.Load()
+	st.Allowed += redisAllowed
+	st.Denied += s.n.fromRedis.Load() - redisAllowed
+	st.Peeks += rs.Peeks
+	st.Resets += rs.Resets
+	st.Buckets = rs.Buckets
+	st.QueueDepth += rs.QueueDepth
+	return st
+}
+
+// Close gives every lease back, then stops the renewer and the shards
+// (invariant 2).
+func (s *Store) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	s.group.GiveBackAll() //nolint:errcheck // the group is not closed yet
+	s.ren.close()
+	s.group.Close()
+}

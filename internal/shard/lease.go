@@ -1,0 +1,169 @@
+package shard
+
+import (
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
+)
+
+// Lease mode: the buckets live in Redis, and each key this instance uses
+// has a lease entry (internal/lease) on its shard, owned by the shard's
+// goroutine like a bucket: its lease of the Redis bucket, its demand, a
+// recent denial. The shard answers a TB.ACQUIRE (decide.LeaseTake) from the
+// entry when it can, and otherwise says what to ask Redis; the lease store
+// (internal/leasestore) asks, and hands the reply back (decide.LeaseApply,
+// decide.LeaseFail). Renewals ahead of need and leases given back when idle
+// start here, on the shard's goroutine, and go out through the outbox,
+// which must never block.
+
+// LeaseConfig turns a Group's shards into lease mode's.
+type LeaseConfig struct {
+	Policy lease.Policy
+	// Outbox takes a lease call the shard starts by itself: a renewal
+	// ahead of need, or an idle lease given back. It must not block; it
+	// reports false when it cannot take the call, which the shard then
+	// counts as failed (the lease is dropped, lease rule 2).
+	Outbox func(key string, limit bucket.Limit, r lease.Request) bool
+}
+
+// leases is a shard's lease entries; nil outside lease mode.
+type leases struct {
+	cfg LeaseConfig
+	m   map[string]*lease.Entry
+}
+
+// leaseEntry returns o's entry, making one for a key seen for the first
+// time (it then records the key's demand).
+func (s *shard) leaseEntry(o *op) *lease.Entry {
+	if e, ok := s.leases.m[string(o.Key)]; ok {
+		return e
+	}
+	e := new(lease.Entry)
+	s.leases.m[string(o.Key)] = e
+	return e
+}
+
+// held reports whether e holds a lease, for the current-leases gauge,
+// which count moves by.
+func held(e *lease.Entry) bool { return e.Epoch != 0 }
+
+// recount moves the current-leases gauge by what an operation on an entry
+// changed (had: whether it held a lease before).
+func (s *shard) recount(had bool, e *lease.Entry) {
+	switch now := held(e); {
+	case now && !had:
+		s.leaseCount.Add(1)
+	case had && !now:
+		s.leaseCount.Add(-1)
+	}
+}
+
+// leaseTake answers a TB.ACQUIRE from the lease, or says in o.Lease what
+// Redis must answer; a local answer is counted here as a decision.
+func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
+	e := s.leaseEntry(o)
+	had := held(e)
+	defer s.recount(had, e)
+	p := &s.leases.cfg.Policy
+	out, d, req, renew := p.Take(e, o.Limit, o.Cost, now)
+	o.Lease.Outcome, o.Lease.Call = out, req
+	if out != lease.Local {
+		return decide.Answer{}
+	}
+	n.decided(d.Allowed)
+	if renew && !s.leases.cfg.Outbox(string(o.Key), e.Limit, p.Renew(e, now)) {
+		p.Fail(e)
+	}
+	return decide.Answer{Decision: d}
+}
+
+// leaseApply takes in Redis's reply to the entry's call in flight.
+func (s *shard) leaseApply(o *op, now int64) decide.Answer {
+	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
+		had := held(e)
+		s.leases.cfg.Policy.Apply(e, o.Lease.Reply, o.Cost, now)
+		s.recount(had, e)
+	}
+	return decide.Answer{}
+}
+
+// leaseFail takes in that the entry's call in flight got no reply.
+func (s *shard) leaseFail(o *op) decide.Answer {
+	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
+		had := held(e)
+		s.leases.cfg.Policy.Fail(e)
+		s.recount(had, e)
+	}
+	return decide.Answer{}
+}
+
+// leaseReset ends the denial the entry remembers: the bucket was reset in
+// Redis.
+func (s *shard) leaseReset(o *op) decide.Answer {
+	if e, ok := s.leases.m[string(o.Key)]; ok {
+		e.DenyUntil = 0
+	}
+	return decide.Answer{}
+}
+
+// leaseSweep looks at up to budget entries: an idle lease is given back
+// through the outbox, and an entry that holds nothing is forgotten. Map
+// iteration starts at a random place each tick, so over the ticks every
+// entry is looked at.
+func (s *shard) leaseSweep(now int64, budget int) {
+	p := s.leases.cfg.Policy
+	for key, e := range s.leases.m {
+		if budget--; budget < 0 {
+			return
+		}
+		switch {
+		case p.Forgettable(e, now):
+			delete(s.leases.m, key)
+		case p.Unused(e, now):
+			if r, ok := p.GiveBack(e, now); ok && !s.leases.cfg.Outbox(key, e.Limit, r) {
+				had := held(e)
+				p.Fail(e)
+				s.recount(had, e)
+			}
+		}
+	}
+}
+
+// GiveBackAll gives every lease back through the outbox (at shutdown) and
+// returns how many calls it started.
+func (g *Group) GiveBackAll() (int, error) {
+	n := 0
+	for i := range g.shards {
+		err := g.on(i, func(s *shard, now int64) {
+			if s.leases == nil {
+				return
+			}
+			for key, e := range s.leases.m {
+				r, ok := s.leases.cfg.Policy.GiveBack(e, now)
+				switch {
+				case !ok:
+				case s.leases.cfg.Outbox(key, e.Limit, r):
+					n++
+				default:
+					had := held(e)
+					s.leases.cfg.Policy.Fail(e)
+					s.recount(had, e)
+				}
+			}
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Leases is the number of keys whose lease entry holds a lease now (a
+// record in Redis), for the current-leases gauge.
+func (g *Group) Leases() int64 {
+	var n int64
+	for _, s := range g.shards {
+		n += s.leaseCount.Load()
+	}
+	return n
+}
