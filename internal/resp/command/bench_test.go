@@ -54,9 +54,10 @@ type bufConn struct {
 	batch []wire.Command
 }
 
-func (c *bufConn) ID() int64            { return 1 }
-func (c *bufConn) Writer() *wire.Writer { return &c.w }
-func (c *bufConn) Server() *resp.Server { return c.srv }
+func (c *bufConn) ID() int64             { return 1 }
+func (c *bufConn) Writer() *wire.Writer  { return &c.w }
+func (c *bufConn) Server() *resp.Server  { return c.srv }
+func (c *bufConn) SetLimits(wire.Limits) {} // no Reader: the tests hand the session its commands
 
 // handle runs cmd and then c.rest as one batch, what one read hands a
 // session, and appends the replies to c.out.

@@ -84,7 +84,7 @@ func cmdHello(s *session, args [][]byte) *errorReply {
 	if !authed {
 		return errHelloNoAuth
 	}
-	s.authed = true
+	s.authenticate()
 	if name != nil {
 		s.name = append(s.name[:0], name...)
 	}

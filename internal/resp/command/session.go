@@ -33,6 +33,7 @@ type connection interface {
 	ID() int64
 	Writer() *wire.Writer
 	Server() *resp.Server
+	SetLimits(wire.Limits)
 }
 
 // Serve answers the commands of one read (resp.Session). Bucket commands
@@ -98,6 +99,16 @@ func (s *session) exec(args [][]byte) {
 	}
 	if s.tracking.on {
 		s.trackCommand(cmd, planned, args)
+	}
+}
+
+// authenticate marks the client authenticated (AUTH, HELLO … AUTH): the
+// bounds of a client that has not authenticated (wire.Limits'
+// Unauthenticated) no longer apply to what it sends.
+func (s *session) authenticate() {
+	if !s.authed {
+		s.authed = true
+		s.c.SetLimits(s.c.Server().Limits())
 	}
 }
 
