@@ -54,10 +54,11 @@ type bufConn struct {
 	batch []wire.Command
 }
 
-func (c *bufConn) ID() int64             { return 1 }
-func (c *bufConn) Writer() *wire.Writer  { return &c.w }
-func (c *bufConn) Server() *resp.Server  { return c.srv }
-func (c *bufConn) SetLimits(wire.Limits) {} // no Reader: the tests hand the session its commands
+func (c *bufConn) ID() int64                       { return 1 }
+func (c *bufConn) Writer() *wire.Writer            { return &c.w }
+func (c *bufConn) Server() *resp.Server            { return c.srv }
+func (c *bufConn) SetLimits(wire.Limits)           {} // no Reader: the tests hand the session its commands
+func (c *bufConn) SetOutputClass(resp.OutputClass) {}
 
 // handle runs cmd and then c.rest as one batch, what one read hands a
 // session, and appends the replies to c.out.

@@ -34,6 +34,7 @@ type connection interface {
 	Writer() *wire.Writer
 	Server() *resp.Server
 	SetLimits(wire.Limits)
+	SetOutputClass(resp.OutputClass)
 }
 
 // Serve answers the commands of one read (resp.Session). Bucket commands
@@ -42,8 +43,8 @@ type connection interface {
 // replies are written in order; see exec.
 func (s *session) Serve(cmds []wire.Command) bool {
 	for i := range cmds {
-		if s.quit {
-			break // Redis ignores what follows QUIT
+		if s.quit || s.w.Over() {
+			break // Redis ignores what follows QUIT; past its output limit the connection closes (resp)
 		}
 		s.exec(cmds[i].Args)
 	}

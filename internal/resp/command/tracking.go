@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/resp/wire"
 )
 
@@ -74,8 +75,10 @@ func cmdClientTracking(s *session, args [][]byte) *errorReply {
 		if e := s.tracking.enable(opts); e != nil {
 			return e
 		}
+		s.c.SetOutputClass(resp.PubSubClient) // it gets pushes
 	case wire.EqualFold(args[2], "OFF"):
 		s.tracking.disable()
+		s.c.SetOutputClass(resp.NormalClient)
 	default:
 		return errSyntax
 	}
