@@ -1,12 +1,10 @@
 package command_test
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,29 +14,11 @@ import (
 	"github.com/bucketd/bucketd/internal/testkit/testserver"
 )
 
-// syncBuffer is a log the server writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // limitedServer runs a server with limits as its output limits, logging
 // to the buffer it returns.
-func limitedServer(t *testing.T, limits resp.OutputLimits) (*testserver.Server, *syncBuffer) {
+func limitedServer(t *testing.T, limits resp.OutputLimits) (*testserver.Server, *testkit.SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	ts := startServer(t, func(cfg *frontConfig) {
 		cfg.OutputLimits = &limits
 		cfg.serverConfig.Logger = slog.New(slog.NewTextHandler(logs, nil))
