@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/config"
 	"github.com/bucketd/bucketd/internal/metrics"
@@ -79,6 +80,7 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, md mode, rl *reloader, lo
 		ProtectedMode:   cfg.ProtectedMode && cfg.RequirePass == "", // Redis's protected mode holds while no password is set
 		MaxClients:      clients.MaxClients,
 		IdleTimeout:     cfg.IdleTimeout,
+		OutputLimits:    outputLimits(cfg.OutputBufferLimits),
 		TLS:             tlsConf,
 		Logger:          logger,
 		ObservePipeline: m.ObservePipeline,
@@ -90,6 +92,15 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, md mode, rl *reloader, lo
 	d.cmds.SetPolicies(cfg.Policies)
 	rl.markUse()
 	return d, nil
+}
+
+// outputLimits are the client-output-buffer-limit classes of l as the
+// connection server takes them.
+func outputLimits(l config.OutputBufferLimits) *resp.OutputLimits {
+	of := func(c config.OutputBufferLimit) resp.OutputLimit {
+		return resp.OutputLimit{HardBytes: c.HardBytes, SoftBytes: c.SoftBytes, SoftTime: time.Duration(c.SoftSeconds) * time.Second}
+	}
+	return &resp.OutputLimits{resp.NormalClient: of(l.Normal), resp.PubSubClient: of(l.PubSub)}
 }
 
 // listen opens the client port, then the metrics server: a port in use

@@ -62,9 +62,12 @@ const (
 // hostileServer is a running bucketd under attack plus its observers: the
 // well-behaved client (monitor) and the VmRSS sampler.
 type hostileServer struct {
-	t   *testing.T
-	p   *process
-	pid int
+	t    *testing.T
+	p    *process
+	pid  int
+	exe  string // the executable: binary, or plain for memory figures
+	auth string // "AUTH <password>\r\n" with --requirepass, which a new connection sends first; "" without
+	pass string
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -89,10 +92,31 @@ type hostileServer struct {
 // resident memory and starts the well-behaved client and the RSS sampler.
 func startHostile(t *testing.T, args ...string) *hostileServer {
 	t.Helper()
-	p := startBinary(t, args...)
-	h := &hostileServer{t: t, p: p, pid: p.cmd.Process.Pid, stop: make(chan struct{})}
-	if got := hostileRoundTrip(t, p.addr, "PING\r\n", 1); got != "+PONG\r\n" {
-		t.Fatalf("fresh server answers PING with %q", got)
+	return startHostileWith(t, hostileOptions{exe: binary}, args...)
+}
+
+// hostileOptions are what startHostileWith varies: the executable (the
+// plain build, for memory figures the race detector would inflate) and a
+// password (--requirepass), which the well-behaved client and the checks
+// then give.
+type hostileOptions struct {
+	exe      string
+	password string
+}
+
+// startHostileWith is startHostile with o.
+func startHostileWith(t *testing.T, o hostileOptions, args ...string) *hostileServer {
+	t.Helper()
+	if o.password != "" {
+		args = append(args, "--requirepass", o.password)
+	}
+	p := startExecutable(t, o.exe, args...)
+	h := &hostileServer{t: t, p: p, pid: p.cmd.Process.Pid, stop: make(chan struct{}), exe: o.exe, pass: o.password}
+	if o.password != "" {
+		h.auth = testkit.Command("AUTH", o.password)
+	}
+	if !h.pingsNew() {
+		t.Fatal("a fresh server does not answer PING")
 	}
 	mem, _ := testkit.ReadMemory(h.pid) // 0 where there is no /proc: nothing to bound
 	h.rssBase = mem.RSS
@@ -101,7 +125,7 @@ func startHostile(t *testing.T, args ...string) *hostileServer {
 	// The well-behaved client connects before the attack: its calls measure
 	// an established connection.
 	mon := redis.NewClient(&redis.Options{
-		Addr: p.addr, PoolSize: 1, MaxRetries: -1,
+		Addr: p.addr, Password: o.password, PoolSize: 1, MaxRetries: -1,
 		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
 	})
 	if err := mon.Ping(context.Background()).Err(); err != nil {
@@ -239,10 +263,10 @@ func (h *hostileServer) sampleOnce() int64 {
 	return rss
 }
 
-// hostileBuild says whether the binary under test was built with -race
-// (TestMain tries -race first), which multiplies its memory use.
-func hostileBuild() string {
-	bi, err := buildinfo.ReadFile(binary)
+// hostileBuild says whether exe was built with -race (TestMain tries -race
+// first for binary), which multiplies its memory use.
+func hostileBuild(exe string) string {
+	bi, err := buildinfo.ReadFile(exe)
 	if err != nil {
 		return "unknown build"
 	}
@@ -299,7 +323,7 @@ func (h *hostileServer) finish() {
 	t.Logf("server side: %s; host: load average %s, tasks waiting for a CPU %.0f%% of the time before the attack, %.0f%% during it",
 		h.serverLatency(), strings.Join(strings.Fields(string(load))[:3], " "), 100*h.hostBusy, 100*busyDuring)
 	t.Logf("bucketd RSS (%s): before %s, sampled peak %s (%d samples), after %s, VmHWM %s (bound %s)",
-		hostileBuild(), mib(h.rssBase), mib(h.rssPeak.Load()), h.rssCount.Load(), mib(after), mib(hwm), mib(hostileRSSBound))
+		hostileBuild(h.exe), mib(h.rssBase), mib(h.rssPeak.Load()), h.rssCount.Load(), mib(after), mib(hwm), mib(hostileRSSBound))
 
 	if fails > 0 {
 		t.Errorf("the well-behaved client got %d wrong answers during the attack, first: %q", fails, errs)
@@ -321,8 +345,8 @@ func (h *hostileServer) finish() {
 		t.Fatalf("bucketd exited during the attack: %v\n%s", err, h.p.stderr)
 	default:
 	}
-	if got := hostileRoundTrip(t, h.p.addr, "PING\r\n", 1); got != "+PONG\r\n" {
-		t.Errorf("PING after the attack = %q", got)
+	if !h.pingsNew() {
+		t.Error("no PONG after the attack")
 	}
 	for _, bad := range []string{"panic", "fatal error", "DATA RACE"} {
 		if strings.Contains(h.p.stderr.String(), bad) {
@@ -394,9 +418,24 @@ func infoField(t *testing.T, c *redis.Client, section, field string) int64 {
 // info returns one field of INFO, read on a new connection.
 func (h *hostileServer) info(field string) int64 {
 	h.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: h.p.addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	c := redis.NewClient(&redis.Options{Addr: h.p.addr, Password: h.pass, MaxRetries: -1, ReadTimeout: 2 * time.Second})
 	defer c.Close()
 	return infoField(h.t, c, "everything", field)
+}
+
+// pingsNew reports whether a new connection gets PONG (after AUTH, with a
+// password), saying what it got otherwise.
+func (h *hostileServer) pingsNew() bool {
+	h.t.Helper()
+	want, n := "+PONG\r\n", 1
+	if h.auth != "" {
+		want, n = "+OK\r\n+PONG\r\n", 2
+	}
+	got := hostileRoundTrip(h.t, h.p.addr, h.auth+"PING\r\n", n)
+	if got != want {
+		h.t.Errorf("PING on a new connection = %q, want %q", got, want)
+	}
+	return got == want
 }
 
 // waitConnected waits (at most 5 s) until INFO reports want connected clients,

@@ -43,6 +43,9 @@ type Config struct {
 	ProtectedMode bool          // with no RequirePass, refuse non-loopback clients
 	MaxClients    int           // 0 means no limit
 	IdleTimeout   time.Duration // 0 means never; else >= 1s
+	// OutputBufferLimits bound the replies a client may make bucketd
+	// hold, per class (client-output-buffer-limit).
+	OutputBufferLimits OutputBufferLimits
 
 	Replicate         string        // redis:// or rediss:// URL; "" disables
 	ReplicatePrefix   string        // key prefix in the replicate Redis
@@ -98,17 +101,21 @@ func Default() Config {
 
 func defaults(shards int) Config {
 	return Config{
-		Addr:              "127.0.0.1:6380",
-		Shards:            shards,
-		MaxKeyBytes:       1024,
-		MaxQueryBytes:     64 << 20,
-		MaxArgs:           1 << 20,
-		ShutdownTimeout:   10 * time.Second,
-		LogLevel:          slog.LevelInfo,
-		LogFormat:         "text",
-		MetricsAddr:       "127.0.0.1:9380",
-		ProtectedMode:     true,
-		MaxClients:        10000,
+		Addr:            "127.0.0.1:6380",
+		Shards:          shards,
+		MaxKeyBytes:     1024,
+		MaxQueryBytes:   64 << 20,
+		MaxArgs:         1 << 20,
+		ShutdownTimeout: 10 * time.Second,
+		LogLevel:        slog.LevelInfo,
+		LogFormat:       "text",
+		MetricsAddr:     "127.0.0.1:9380",
+		ProtectedMode:   true,
+		MaxClients:      10000,
+		OutputBufferLimits: OutputBufferLimits{
+			Normal: OutputBufferLimit{HardBytes: 32 << 20, SoftBytes: 8 << 20, SoftSeconds: 60},
+			PubSub: OutputBufferLimit{HardBytes: 32 << 20, SoftBytes: 8 << 20, SoftSeconds: 60},
+		},
 		ReplicatePrefix:   "tb:",
 		ReplicateQueue:    1 << 16,
 		ReplicateInterval: time.Second,

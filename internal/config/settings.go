@@ -108,6 +108,7 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.IdleTimeout },
 		func(d time.Duration) bool { return d == 0 || d >= time.Second },
 		"use 0 (never) or a duration of at least 1s, such as 5m"),
+	clientOutputBufferLimit,
 	redisURL("replicate",
 		"copy bucket state asynchronously to the Redis at this redis:// or rediss:// URL (password in the URL), or to the master that the Sentinels of a redis-sentinel://host:port,.../master URL name; memory still decides",
 		func(c *Config) *string { return &c.Replicate }),

@@ -128,6 +128,7 @@ type collector struct {
 	decisions, peeks, resets, expired, evicted, buckets, queueDepth *prometheus.Desc
 	commandsTotal, errorsTotal                                      *prometheus.Desc
 	connected, connections, rejected, tlsHandshakeFailures          *prometheus.Desc
+	outputLimitDisconnections                                       *prometheus.Desc
 
 	replQueueDepth, replQueueCapacity, replLag *prometheus.Desc
 	replApplied, replDropped, replErrors       *prometheus.Desc
@@ -170,6 +171,8 @@ func newCollector(src Sources) (*collector, error) {
 		rejected:      desc("rejected_connections_total", "Client connections refused at accept (max clients, protected mode, shutting down)."),
 		tlsHandshakeFailures: desc("tls_handshake_failures_total",
 			"TLS handshakes on the client port that failed or timed out, of admitted and refused connections alike."),
+		outputLimitDisconnections: desc("client_output_buffer_limit_disconnections_total",
+			"Client connections closed because their pending replies passed --client-output-buffer-limit, by class: normal, or pubsub (CLIENT TRACKING on).", "class"),
 
 		replQueueDepth:    desc("replication_queue_depth", "Bucket changes waiting to be written to Redis."),
 		replQueueCapacity: desc("replication_queue_capacity", "Capacity of the replication queue; changes beyond it are dropped."),
@@ -196,6 +199,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.decisions, c.peeks, c.resets, c.expired, c.evicted, c.buckets,
 		c.commandsTotal, c.errorsTotal, c.connected, c.connections, c.rejected, c.tlsHandshakeFailures,
+		c.outputLimitDisconnections,
 	} {
 		ch <- d
 	}
@@ -260,6 +264,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.connections, float64(ss.TotalConnections))
 	counter(c.rejected, float64(ss.RejectedConnections))
 	counter(c.tlsHandshakeFailures, float64(ss.TLSHandshakeFailures))
+	for class, n := range ss.OutputLimitDisconnections {
+		counter(c.outputLimitDisconnections, float64(n), resp.OutputClassNames[class])
+	}
 
 	if c.src.Replication != nil {
 		rs := c.src.Replication()

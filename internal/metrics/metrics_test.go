@@ -61,7 +61,8 @@ func fakeStoreStats() redisstore.RedisStats {
 }
 
 func fakeConnStats() resp.Stats {
-	return resp.Stats{ConnectedClients: 4, TotalConnections: 17, RejectedConnections: 2, TLSHandshakeFailures: 3}
+	return resp.Stats{ConnectedClients: 4, TotalConnections: 17, RejectedConnections: 2, TLSHandshakeFailures: 3,
+		OutputLimitDisconnections: [resp.NumOutputClasses]int64{5, 1}}
 }
 
 // fakeCommandStats gives command i the count 100+i and error kind i the
@@ -130,7 +131,7 @@ var fixedNames = []string{
 	"bucketd_decisions_total", "bucketd_peeks_total", "bucketd_resets_total",
 	"bucketd_expired_buckets_total", "bucketd_evicted_buckets_total", "bucketd_buckets", "bucketd_shard_queue_depth",
 	"bucketd_connected_clients", "bucketd_connections_total", "bucketd_rejected_connections_total",
-	"bucketd_tls_handshake_failures_total",
+	"bucketd_tls_handshake_failures_total", "bucketd_client_output_buffer_limit_disconnections_total",
 	"bucketd_command_duration_seconds",
 	"bucketd_replication_queue_depth", "bucketd_replication_queue_capacity", "bucketd_replication_lag_seconds",
 	"bucketd_replication_applied_total", "bucketd_replication_dropped_total", "bucketd_replication_errors_total",
@@ -148,9 +149,9 @@ func TestScrapeGolden(t *testing.T) {
 		src      Sources
 		families int // the families exported, all of them named in fixedNames or tables
 	}{
-		{"standalone", fakeSources(false), 14}, // 13 from the collector, plus the histogram
-		{"replicating", fakeSources(true), 23}, // and 7 of replication, 2 of snapshots
-		{"store", fakeStoreSources(), 13 + 3},  // no shard queues; 3 of the store
+		{"standalone", fakeSources(false), 15}, // 14 from the collector, plus the histogram
+		{"replicating", fakeSources(true), 24}, // and 7 of replication, 2 of snapshots
+		{"store", fakeStoreSources(), 14 + 3},  // no shard queues; 3 of the store
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg, m := newRegistry(t, tc.src)

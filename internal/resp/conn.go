@@ -29,6 +29,12 @@ type Conn struct {
 	draining atomic.Bool   // shutdown: stop reading, let the batch in hand finish
 	idle     time.Duration // close after this long without input; 0 never
 
+	// The output limits of the connection's class (output.go): the hard
+	// one is its Writer's.
+	class     OutputClass
+	softBytes int // math.MaxInt without a soft limit
+	softTime  time.Duration
+
 	// shake is the TLS side of the socket until its handshake has run, at
 	// the first read (runHandshake, in accept.go); nil without TLS.
 	shake   *tls.Conn
@@ -95,6 +101,7 @@ func (c *Conn) drain() {
 // in Redis.
 func (s *Server) serve(c *Conn) {
 	defer s.closed(c)
+	c.SetOutputClass(NormalClient)
 	sess := s.cfg.Handler.Open(c)
 	protocolError := false
 	defer func() { sess.Closed(protocolError) }()
@@ -117,7 +124,11 @@ func (s *Server) serve(c *Conn) {
 		if s.cfg.ObservePipeline != nil {
 			s.cfg.ObservePipeline(time.Since(start).Seconds(), len(cmds))
 		}
-		if err := c.w.Flush(c.sock); err != nil || !more {
+		if c.w.Over() { // the Session stopped at the command that passed the hard limit
+			s.overOutputLimit(c, limitHard, c.w.Len())
+			return
+		}
+		if err := c.flush(); err != nil || !more {
 			return
 		}
 	}

@@ -18,7 +18,8 @@
 // the store together and writes every reply into the connection's
 // wire.Writer, and then writes those replies with one system call. So a
 // pipeline costs one round trip to each shard, not one per command, and
-// one write.
+// one write. What the replies of one read may make the server hold is
+// bounded by the connection's output limits (output.go).
 //
 // Ownership: a Conn, its Reader, its Writer and its Session belong to the
 // connection's goroutine. The Server's connection set is guarded by a

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketd/bucketd/internal/ratelog"
 	"github.com/bucketd/bucketd/internal/resp/wire"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// IdleTimeout if that is shorter).
 	HandshakeTimeout time.Duration
 	Logger           *slog.Logger // (slog.Default())
+	// OutputLimits bound each class's replies built and not yet written
+	// (output.go) (DefaultOutputLimits).
+	OutputLimits *OutputLimits
 	// ObservePipeline, when set, is called once per batch (the commands
 	// of one read) with the seconds from reading it to having every reply
 	// ready, and the number of commands. At pipeline depth 1 that is the
@@ -83,8 +87,9 @@ type Server struct {
 	stop     chan struct{} // closed when draining starts: ends the accept back-off
 	hs       tlsHandshake
 
-	lastID atomic.Int64 // the last client id handed out
-	n      counters
+	lastID    atomic.Int64 // the last client id handed out
+	n         counters
+	outputLog ratelog.Line // connections closed over their output limit
 }
 
 // NewServer validates cfg and fills in defaults.
@@ -93,6 +98,10 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errors.New("resp: Config.Handler is required")
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
+	if cfg.OutputLimits == nil {
+		def := DefaultOutputLimits
+		cfg.OutputLimits = &def
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -156,10 +165,16 @@ func (s *Server) LastClientID() int64 { return s.lastID.Load() }
 // Limits are the framing limits every connection starts with.
 func (s *Server) Limits() wire.Limits { return s.cfg.Limits }
 
+// OutputLimits are the output limits of each class of connections.
+func (s *Server) OutputLimits() OutputLimits { return *s.cfg.OutputLimits }
+
 // Shutdown stops accepting, lets every connection finish the batch of
 // commands it is answering (their replies are written), closes the
 // connections and waits for their goroutines. If ctx ends first, the
-// remaining sockets are closed at once and ctx's error is returned.
+// remaining sockets are closed at once and ctx's error is returned then,
+// without waiting for goroutines still inside a command: a command that
+// does not look at its socket (CPU-bound, its client gone) must not hold
+// the shutdown past its timeout; it ends on its own, its replies unsent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining.Swap(true) {
@@ -181,6 +196,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.active.Wait()
 		close(done)
 	}()
+	defer s.outputLog.Flush() // the count of the last lines held back
 	select {
 	case <-done:
 		return nil
@@ -190,7 +206,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.raw.Close() //nolint:errcheck // forcing shutdown; errors change nothing
 		}
 		s.mu.Unlock()
-		<-done
 		return ctx.Err()
 	}
 }

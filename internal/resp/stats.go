@@ -10,6 +10,9 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes that failed or timed
 	// out, of admitted and refused connections alike.
 	TLSHandshakeFailures int64
+	// OutputLimitDisconnections counts the connections closed over their
+	// output limit (output.go), by class.
+	OutputLimitDisconnections [NumOutputClasses]int64
 }
 
 // counters are the Server's atomics, changed on connect and disconnect,
@@ -19,6 +22,7 @@ type counters struct {
 	totalConns           atomic.Int64
 	rejected             atomic.Int64
 	tlsHandshakeFailures atomic.Int64
+	outputLimit          [NumOutputClasses]atomic.Int64
 }
 
 // Stats returns the connection server's counters.
@@ -28,5 +32,8 @@ func (s *Server) Stats() Stats {
 		TotalConnections:     s.n.totalConns.Load(),
 		RejectedConnections:  s.n.rejected.Load(),
 		TLSHandshakeFailures: s.n.tlsHandshakeFailures.Load(),
+		OutputLimitDisconnections: [NumOutputClasses]int64{
+			s.n.outputLimit[NormalClient].Load(), s.n.outputLimit[PubSubClient].Load(),
+		},
 	}
 }

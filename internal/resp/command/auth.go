@@ -47,7 +47,7 @@ func cmdAuth(s *session, args [][]byte) *errorReply {
 	if !s.e.password.ok(user, pass) {
 		return errWrongPass
 	}
-	s.authed = true
+	s.authenticate()
 	s.w.String("OK")
 	return nil
 }

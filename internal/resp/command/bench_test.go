@@ -54,9 +54,11 @@ type bufConn struct {
 	batch []wire.Command
 }
 
-func (c *bufConn) ID() int64            { return 1 }
-func (c *bufConn) Writer() *wire.Writer { return &c.w }
-func (c *bufConn) Server() *resp.Server { return c.srv }
+func (c *bufConn) ID() int64                       { return 1 }
+func (c *bufConn) Writer() *wire.Writer            { return &c.w }
+func (c *bufConn) Server() *resp.Server            { return c.srv }
+func (c *bufConn) SetLimits(wire.Limits)           {} // no Reader: the tests hand the session its commands
+func (c *bufConn) SetOutputClass(resp.OutputClass) {}
 
 // handle runs cmd and then c.rest as one batch, what one read hands a
 // session, and appends the replies to c.out.
@@ -137,17 +139,21 @@ func BenchmarkRESPParseAndReplyAcquireWithInfoRESP3(b *testing.B) {
 
 // TestParseAndReplyAllocateNothing: the bucket commands cost no allocation
 // in steady state, in RESP2 and RESP3, and with CLIENT TRACKING on (the
-// invalidation that follows each reply reuses the session's buffers), as do
-// the RESP3 replies that go through the scratch buffer.
+// invalidation that follows each reply reuses the session's buffers; in
+// BCAST mode the key is looked up among the prefixes), as do the RESP3
+// replies that go through the scratch buffer.
 func TestParseAndReplyAllocateNothing(t *testing.T) {
 	for _, conn := range []struct {
-		name     string
-		resp3    bool
-		tracking bool
-	}{{"RESP2", false, false}, {"RESP3", true, false}, {"RESP3 tracking", true, true}} {
+		name            string
+		resp3           bool
+		tracking, bcast bool
+	}{{"RESP2", false, false, false}, {"RESP3", true, false, false}, {"RESP3 tracking", true, true, false}, {"RESP3 BCAST", true, true, true}} {
 		srv, c := newBenchServer(t)
 		c.w.SetRESP3(conn.resp3)
 		c.sess.tracking.on = conn.tracking
+		if conn.bcast {
+			c.sess.tracking.enable(trackingOptions{bcast: true, prefixes: [][]byte{[]byte("a"), []byte("user:"), []byte("z")}}) //nolint:errcheck // they do not overlap
+		}
 		for _, cmd := range []wire.Command{
 			command("TB.ACQUIRE", "user:1", "100", "10", "1"),
 			command("tb.acquire", "user:1", "100.5", "0.25", "1.5", "withinfo"),

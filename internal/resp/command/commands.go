@@ -84,7 +84,7 @@ func cmdHello(s *session, args [][]byte) *errorReply {
 	if !authed {
 		return errHelloNoAuth
 	}
-	s.authed = true
+	s.authenticate()
 	if name != nil {
 		s.name = append(s.name[:0], name...)
 	}
@@ -284,6 +284,7 @@ func cmdConfigGet(s *session, args [][]byte) *errorReply {
 		{"maxmemory", "0"},
 		{"proto-max-bulk-len", strconv.Itoa(s.c.Server().Limits().MaxQueryBytes)},
 		{"client-query-buffer-limit", strconv.Itoa(s.c.Server().Limits().MaxQueryBytes)},
+		{"client-output-buffer-limit", s.c.Server().OutputLimits().String()},
 	}
 	var out []string
 	for _, kv := range params { // each parameter once, however many patterns match

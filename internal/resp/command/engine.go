@@ -73,6 +73,11 @@ func (e *Engine) Open(c *resp.Conn) resp.Session { return e.open(c) }
 func (e *Engine) open(c connection) *session {
 	e.txTooLongOnce.Do(func() { e.txTooLong = txTooLong(maxQueued, c.Server().Limits().MaxQueryBytes) })
 	s := &session{e: e, c: c, w: c.Writer(), authed: !e.password.set}
+	if !s.authed { // until AUTH, Redis's bounds on what it may send (wire.Limits.Unauthenticated)
+		l := c.Server().Limits()
+		l.Unauthenticated = true
+		c.SetLimits(l)
+	}
 	s.pipe = pipeline{e: e, w: s.w, caller: e.cfg.Limiter.NewCaller(), tally: &s.tally, tracking: &s.tracking}
 	return s
 }

@@ -103,6 +103,8 @@ var (
 	errCachingOff        = &errorReply{"ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled", ErrInvalidArg}
 	errCachingYes        = &errorReply{"ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.", ErrInvalidArg}
 	errCachingNo         = &errorReply{"ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.", ErrInvalidArg}
+	errTooManyPrefixes   = &errorReply{"ERR too many BCAST prefixes: a connection may have at most " + strconv.Itoa(maxPrefixes) +
+		" prefixes of " + strconv.Itoa(maxPrefixBytes) + " bytes in all; track fewer or shorter prefixes (CLIENT TRACKING OFF forgets them)", ErrInvalidArg}
 )
 
 // Replies of the security layer, worded as Redis 7 words them.
@@ -193,9 +195,11 @@ func helloOptionError(opt []byte) *errorReply {
 }
 
 // prefixOverlap is CLIENT TRACKING's reply to a BCAST prefix p that
-// overlaps q; which is "an existing" or "another provided".
-func prefixOverlap(p, q, which string) *errorReply {
-	return &errorReply{"ERR Prefix '" + p + "' overlaps with " + which + " prefix '" + q + "'. Prefixes for a single client must not overlap.", ErrInvalidArg}
+// overlaps q; which is "an existing" or "another provided". It quotes at
+// most 128 bytes of each, as every echoed argument.
+func prefixOverlap(p, q []byte, which string) *errorReply {
+	return &errorReply{"ERR Prefix '" + truncate(p) + "' overlaps with " + which + " prefix '" + truncate(q) +
+		"'. Prefixes for a single client must not overlap.", ErrInvalidArg}
 }
 
 func unrecognizedOption(opt []byte) *errorReply {

@@ -144,6 +144,7 @@ func (v infoView) stats() info.Section {
 		info.Int("protocol_errors", cmds.Errors[ErrProtocol]),
 		info.Int("unknown_commands", cmds.Errors[ErrUnknownCmd]),
 		info.Int("expired_keys", v.st.Expired),
+		info.Int("client_output_buffer_limit_disconnections", conns.OutputLimitDisconnections[resp.NormalClient]+conns.OutputLimitDisconnections[resp.PubSubClient]),
 	}}
 }
 

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/testcert"
+	"github.com/bucketd/bucketd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -205,5 +207,59 @@ func TestEveryErrorReplyIsCounted(t *testing.T) {
 	}
 	if got := after[command.ErrAuth] - before[command.ErrAuth]; got != 1 {
 		t.Errorf("auth errors %d, want 1", got)
+	}
+}
+
+// TestUnauthenticatedBounds is issue 19 item 2: with a password, before
+// AUTH succeeds, a command of more than 10 arguments or an argument longer
+// than 16 KiB gets Redis's (6.2.6+) protocol error and the connection is
+// closed, so a client without the password can make bucketd buffer little.
+// AUTH (or HELLO … AUTH) lifts the bounds, for the commands pipelined after
+// it in the same write too, as in Redis; without a password they never
+// apply.
+func TestUnauthenticatedBounds(t *testing.T) {
+	ts := startServer(t, func(cfg *frontConfig) { cfg.RequirePass = "s3cret" })
+	reset11 := testkit.Command("TB.RESET", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	echo20k := testkit.Command("ECHO", strings.Repeat("e", 20000))
+	for _, tc := range []struct{ name, send, want string }{
+		{"a bulk of 66060288 bytes", "*2\r\n$4\r\nAUTH\r\n$66060288\r\n", "-ERR Protocol error: unauthenticated bulk length\r\n"},
+		{"11 arguments", reset11, "-ERR Protocol error: unauthenticated multibulk length\r\n"},
+		{"after a command", "PING\r\n" + echo20k, "-NOAUTH Authentication required.\r\n-ERR Protocol error: unauthenticated bulk length\r\n"},
+		{"after a wrong AUTH", "AUTH nope\r\n" + reset11, "-" + errWrongPass + "\r\n-ERR Protocol error: unauthenticated multibulk length\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ts.Dial(t)
+			c.Send(t, tc.send)
+			got, _ := io.ReadAll(c) // to the end: the server closes the connection
+			if string(got) != tc.want {
+				t.Fatalf("got %.200q, want %q and the connection closed", got, tc.want)
+			}
+		})
+	}
+	c := ts.Dial(t)
+	c.Send(t, "AUTH s3cret\r\n"+reset11+echo20k+"HELLO 3 AUTH default s3cret\r\n")
+	if got := c.Line(t) + c.Line(t); got != "+OK\r\n:0\r\n" {
+		t.Fatalf("AUTH, then 11 arguments in the same write: %q", got)
+	}
+	if got := c.Reply(t); got != "$20000\r\n"+strings.Repeat("e", 20000)+"\r\n" {
+		t.Fatalf("then an ECHO of 20000 bytes: %.60q", got)
+	}
+	c2 := ts.Dial(t)
+	c2.Send(t, "HELLO 2 AUTH default s3cret\r\n"+reset11)
+	if got := c2.Reply(t); !strings.HasPrefix(got, "*14\r\n") {
+		t.Fatalf("HELLO 2 AUTH: %.60q", got)
+	}
+	if got := c2.Line(t); got != ":0\r\n" {
+		t.Fatalf("HELLO 2 AUTH, then 11 arguments in the same write: %q", got)
+	}
+	if n := ts.Commands.Stats().Errors[command.ErrProtocol]; n != 4 {
+		t.Errorf("protocol errors counted: %d, want 4", n)
+	}
+
+	open := startServer(t, nil)
+	c3 := open.Dial(t)
+	c3.Send(t, reset11+echo20k)
+	if got := c3.Line(t); got != ":0\r\n" {
+		t.Fatalf("without a password, 11 arguments: %q", got)
 	}
 }

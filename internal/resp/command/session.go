@@ -33,6 +33,8 @@ type connection interface {
 	ID() int64
 	Writer() *wire.Writer
 	Server() *resp.Server
+	SetLimits(wire.Limits)
+	SetOutputClass(resp.OutputClass)
 }
 
 // Serve answers the commands of one read (resp.Session). Bucket commands
@@ -41,8 +43,8 @@ type connection interface {
 // replies are written in order; see exec.
 func (s *session) Serve(cmds []wire.Command) bool {
 	for i := range cmds {
-		if s.quit {
-			break // Redis ignores what follows QUIT
+		if s.quit || s.w.Over() {
+			break // Redis ignores what follows QUIT; past its output limit the connection closes (resp)
 		}
 		s.exec(cmds[i].Args)
 	}
@@ -98,6 +100,16 @@ func (s *session) exec(args [][]byte) {
 	}
 	if s.tracking.on {
 		s.trackCommand(cmd, planned, args)
+	}
+}
+
+// authenticate marks the client authenticated (AUTH, HELLO … AUTH): the
+// bounds of a client that has not authenticated (wire.Limits'
+// Unauthenticated) no longer apply to what it sends.
+func (s *session) authenticate() {
+	if !s.authed {
+		s.authed = true
+		s.c.SetLimits(s.c.Server().Limits())
 	}
 }
 

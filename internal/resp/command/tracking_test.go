@@ -1,9 +1,13 @@
 package command_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bucketd/bucketd/internal/redistest"
 )
 
 // invalidate is the RESP3 push that tells a client to drop what it cached
@@ -212,5 +216,117 @@ func TestTrackingErrorsAsRedis(t *testing.T) {
 		st(w("-ERR Prefix 'bc' overlaps with an existing prefix 'b'. Prefixes for a single client must not overlap.\r\n"), "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "bc"),
 		st(w("+OK\r\n"), "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "c"),
 		st(w("%3\r\n$5\r\nflags\r\n~2\r\n$2\r\non\r\n$5\r\nbcast\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"), "CLIENT", "TRACKINGINFO"),
+	)
+}
+
+// TestTrackingPrefixOverlapsAsRedis: CLIENT TRACKING ON BCAST with random
+// sets of overlapping prefixes, on a real Redis and on bucketd: every reply
+// is the same, so bucketd's sorted check (not Redis's comparison of every
+// pair) names the same pair of prefixes Redis names, and keeps the same
+// prefixes. But for a bug of Redis 7.0 (checkPrefixCollisionsOrReply
+// returns i, not 0, for two given prefixes that overlap, the first of them
+// not the first given): Redis then also turns tracking on with all of them
+// and answers +OK after the error. bucketd answers the error alone and
+// changes nothing, as Valkey (which fixed it) does; the test takes Redis's
+// extra reply and starts both over.
+func TestTrackingPrefixOverlapsAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	ts := startServer(t, nil)
+	redis, ours := dial3(t, rs.Addr), dial3(t, ts.Addr)
+	rng := rand.New(rand.NewPCG(19, 3))
+	word := func() string { // short words over "ab": many overlap
+		b := make([]byte, rng.IntN(4))
+		for i := range b {
+			b[i] = "ab"[rng.IntN(2)]
+		}
+		return string(b)
+	}
+	outcomes := map[string]int{}
+	for round := range 300 {
+		if round%4 == 0 {
+			redis.do(t, "CLIENT", "TRACKING", "OFF")
+			ours.do(t, "CLIENT", "TRACKING", "OFF")
+		}
+		args := []string{"CLIENT", "TRACKING", "ON", "BCAST"}
+		for range rng.IntN(5) {
+			args = append(args, "PREFIX", word())
+		}
+		for _, cmd := range [][]string{args, {"CLIENT", "TRACKINGINFO"}} {
+			want, got := redis.do(t, cmd...), ours.do(t, cmd...)
+			if got != want {
+				t.Fatalf("round %d: %q:\nbucketd %q\n  Redis %q", round, cmd, got, want)
+			}
+			if cmd[1] == "TRACKING" {
+				outcomes[strings.Fields(want + " ")[0]+map[bool]string{true: " (another provided)"}[strings.Contains(want, "another")]]++
+			}
+			if redisBugReplied(args[4:], want) {
+				if extra := redis.reply(t); extra != "+OK\r\n" {
+					t.Fatalf("round %d: Redis's second reply %q, want +OK", round, extra)
+				}
+				redis.do(t, "CLIENT", "TRACKING", "OFF")
+				ours.do(t, "CLIENT", "TRACKING", "OFF")
+				break
+			}
+		}
+	}
+	t.Logf("replies: %v", outcomes)
+	if len(outcomes) < 3 {
+		t.Errorf("the rounds met only %v: want successes and both overlap errors", outcomes)
+	}
+}
+
+// redisBugReplied reports whether Redis 7.0 answered CLIENT TRACKING ON
+// BCAST with options opts (PREFIX p ...) by its bug: "another provided"
+// for a prefix that is not the first given (see
+// TestTrackingPrefixOverlapsAsRedis).
+func redisBugReplied(opts []string, reply string) bool {
+	p, ok := strings.CutPrefix(reply, "-ERR Prefix '")
+	if !ok || !strings.Contains(p, "' overlaps with another provided prefix '") {
+		return false
+	}
+	p = p[:strings.Index(p, "' overlaps")]
+	return len(opts) < 2 || opts[1] != p // Redis names the first prefix given with that value
+}
+
+// TestTrackingPrefixBounds: a connection's BCAST prefixes are bounded, 4096
+// of them and 64 KiB in all (Redis has no bound); a CLIENT TRACKING that
+// would pass either is refused and changes nothing. An overlap error quotes
+// at most 128 bytes of each prefix, as every echoed argument.
+func TestTrackingPrefixBounds(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dial3(t, ts.Addr)
+	const tooMany = "-ERR too many BCAST prefixes: a connection may have at most 4096 prefixes of 65536 bytes in all; " +
+		"track fewer or shorter prefixes (CLIENT TRACKING OFF forgets them)\r\n"
+	tracking := func(prefixes ...string) []string {
+		args := []string{"CLIENT", "TRACKING", "ON", "BCAST"}
+		for _, p := range prefixes {
+			args = append(args, "PREFIX", p)
+		}
+		return args
+	}
+	var many []string
+	for i := range 4097 {
+		many = append(many, fmt.Sprintf("p%04d", i))
+	}
+	long := strings.Repeat("x", 1000)
+	runSteps(t, c,
+		st(w("+OK\r\n"), tracking(many[:4000]...)...),
+		st(w(tooMany), tracking(many[4000:]...)...),
+		st(w(tooMany), tracking(many[4000:]...)...), // nothing was added
+		st(w("+OK\r\n"), tracking(many[4000:4096]...)...),
+		st(w(tooMany), tracking("q")...),
+		st(w("+OK\r\n"), "CLIENT", "TRACKING", "OFF"),
+
+		st(w("+OK\r\n"), tracking(strings.Repeat("a", 64<<10-1))...),
+		st(w(tooMany), tracking("bb")...),
+		st(w("+OK\r\n"), tracking("b")...),
+		st(w("+OK\r\n"), "CLIENT", "TRACKING", "OFF"),
+
+		st(w("+OK\r\n"), tracking(long)...),
+		st(w("-ERR Prefix 'x' overlaps with an existing prefix '"+long[:128]+"'. Prefixes for a single client must not overlap.\r\n"),
+			tracking("x")...),
+		st(w("+OK\r\n"), "CLIENT", "TRACKING", "OFF"),
+		st(w("-ERR Prefix '"+long[:128]+"' overlaps with another provided prefix '"+long[:128]+"'. Prefixes for a single client must not overlap.\r\n"),
+			tracking("y", long+"y", long)...),
 	)
 }

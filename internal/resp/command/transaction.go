@@ -256,6 +256,9 @@ func (s *session) writeQueued(answers []decide.Answer, err error) {
 	t := &s.tx
 	arg, next, k := 0, 0, 0
 	for _, q := range t.cmds {
+		if s.w.Over() {
+			return // past the output limit: the connection closes (resp), nothing of this is sent
+		}
 		if q.spec.plan == nil {
 			if e := q.spec.run(s, t.argsOf(q, &arg)); e != nil {
 				s.writeError(e)

@@ -12,7 +12,22 @@ type Limits struct {
 	// MaxInlineBytes bounds one inline (telnet-style) command line; Redis
 	// uses 64 KiB.
 	MaxInlineBytes int
+	// Unauthenticated holds a client that has not authenticated, while a
+	// password is set, to Redis's bounds (since 6.2.6, CVE-2021-32675): a
+	// command of more than UnauthenticatedMaxArgs arguments, or an
+	// argument announced longer than UnauthenticatedMaxBulkBytes, is a
+	// protocol error ("unauthenticated multibulk length",
+	// "unauthenticated bulk length") and the connection is closed, so it
+	// can make the server buffer little. Inline commands keep their own
+	// bound, as in Redis.
+	Unauthenticated bool
 }
+
+// The bounds of Limits.Unauthenticated, Redis's.
+const (
+	UnauthenticatedMaxArgs      = 10
+	UnauthenticatedMaxBulkBytes = 16 << 10
+)
 
 // Defaults of Limits, Redis's own.
 const (

@@ -71,7 +71,10 @@ type ref struct {
 type Reader struct {
 	src io.Reader
 	lim Limits
-	buf []byte
+	// The bounds in force on a command's arguments, from lim: the number
+	// and the announced length of one.
+	maxArgs, maxBulk int64
+	buf              []byte
 	// head is where the command being framed starts: everything before it
 	// in this batch is complete commands. end is the end of what was read.
 	head, end int
@@ -91,17 +94,30 @@ type Reader struct {
 	argv [][]byte
 
 	err error // returned once the commands before it are handed out
+	// held: the command at head broke a bound of an unauthenticated
+	// client after complete commands of its batch (refuseUnauthenticated),
+	// and is framed again at the next ReadCommands.
+	held bool
 }
 
 // NewReader returns a Reader of src with lim (zero fields at their
 // defaults).
 func NewReader(src io.Reader, lim Limits) *Reader {
-	return &Reader{src: src, lim: lim.WithDefaults(), buf: make([]byte, initialBuf)}
+	r := &Reader{src: src, buf: make([]byte, initialBuf)}
+	r.SetLimits(lim)
+	return r
 }
 
 // SetLimits changes the limits from the next command on (the command being
 // framed is held to them too).
-func (r *Reader) SetLimits(lim Limits) { r.lim = lim.WithDefaults() }
+func (r *Reader) SetLimits(lim Limits) {
+	r.lim = lim.WithDefaults()
+	r.maxArgs, r.maxBulk = int64(r.lim.MaxArgs), int64(r.lim.MaxQueryBytes)
+	if r.lim.Unauthenticated {
+		r.maxArgs = min(r.maxArgs, UnauthenticatedMaxArgs)
+		r.maxBulk = min(r.maxBulk, UnauthenticatedMaxBulkBytes)
+	}
+}
 
 // Buffered is the number of bytes read but not yet handed out: the command
 // being framed.
@@ -114,7 +130,13 @@ func (r *Reader) Buffered() int { return r.end - r.head }
 // source's.
 func (r *Reader) ReadCommands() ([]Command, error) {
 	r.newBatch()
-	for r.err == nil {
+	ready := false
+	if r.held { // framed again under the limits now in force: an AUTH before it may have lifted them
+		r.held = false
+		r.frame()
+		ready = len(r.refs) > 0
+	}
+	for !ready && r.err == nil {
 		if r.end == len(r.buf) {
 			r.grow()
 		}
@@ -128,7 +150,7 @@ func (r *Reader) ReadCommands() ([]Command, error) {
 		if len(r.refs) == 0 || r.err != nil {
 			continue // nothing to hand out yet, or the error ends the batch
 		}
-		if filled && r.head < r.end && len(r.buf) < batchBuf {
+		if filled && !r.held && r.head < r.end && len(r.buf) < batchBuf {
 			continue // the read stopped inside a command: the write goes on
 		}
 		break
@@ -202,7 +224,7 @@ func (r *Reader) batch() []Command {
 func (r *Reader) frame() {
 	for r.scan < r.end && r.err == nil && r.step() {
 	}
-	if r.err == nil && r.end-r.head > r.lim.MaxQueryBytes {
+	if r.err == nil && !r.held && r.end-r.head > r.lim.MaxQueryBytes {
 		r.failQueryBuffer()
 	}
 }
@@ -282,8 +304,12 @@ func (r *Reader) stepCount() bool {
 		return false
 	}
 	n, valid := ParseInt(line)
-	if !valid || n > int64(r.lim.MaxArgs) {
-		r.fail("invalid multibulk length")
+	if !valid || n > r.maxArgs {
+		if valid && n <= int64(r.lim.MaxArgs) {
+			r.refuseUnauthenticated("unauthenticated multibulk length")
+		} else {
+			r.fail("invalid multibulk length")
+		}
 		return false
 	}
 	if n <= 0 { // "*0" and "*-1" are empty commands: Redis ignores them
@@ -302,8 +328,12 @@ func (r *Reader) stepBulkLen() bool {
 		return false
 	}
 	n, valid := ParseInt(line)
-	if !valid || n < 0 || n > int64(r.lim.MaxQueryBytes) {
-		r.fail("invalid bulk length")
+	if !valid || n < 0 || n > r.maxBulk {
+		if valid && n >= 0 && n <= int64(r.lim.MaxQueryBytes) {
+			r.refuseUnauthenticated("unauthenticated bulk length")
+		} else {
+			r.fail("invalid bulk length")
+		}
 		return false
 	}
 	r.bulkStart, r.bulkLeft, r.state = r.scan, n+2, scanBulkData
@@ -359,6 +389,22 @@ func (r *Reader) headerLine() ([]byte, bool) {
 		return nil, true // ParseInt(nil) reports it invalid
 	}
 	return r.buf[r.lineStart+1 : nl-1], true
+}
+
+// refuseUnauthenticated refuses the command at head, which breaks a bound
+// of Limits.Unauthenticated, with the protocol error msg; but when
+// complete commands come before it in this batch, it holds it instead, to
+// be framed again at the next ReadCommands under the limits then in force.
+// Redis runs each command before it reads the next, so an AUTH pipelined
+// before a larger command lifts the bounds for it; here the batch is
+// framed first, and an AUTH among those commands lifts them before the
+// command held is framed again.
+func (r *Reader) refuseUnauthenticated(msg string) {
+	if len(r.refs) == 0 {
+		r.fail(msg)
+		return
+	}
+	r.scan, r.state, r.held = r.head, scanStart, true
 }
 
 func (r *Reader) fail(msg string) {

@@ -245,3 +245,141 @@ func FuzzReadCommands(f *testing.F) {
 		}
 	})
 }
+
+// unauthLimits are the defaults for a client that has not authenticated.
+var unauthLimits = Limits{Unauthenticated: true}
+
+// TestReaderUnauthenticatedBounds: before AUTH (Limits.Unauthenticated), a
+// command of more than 10 arguments or an argument announced longer than
+// 16 KiB is Redis's protocol error, answered after the commands before it;
+// the bounds of every client come first, and inline commands keep theirs,
+// as in Redis 7.0.
+func TestReaderUnauthenticatedBounds(t *testing.T) {
+	args := func(n int) string { return "*" + itoa(n) + "\r\n" + strings.Repeat("$1\r\na\r\n", n) }
+	for _, tc := range []struct {
+		name, in, wantReply string
+	}{
+		{"11 arguments", "*11\r\n", "ERR Protocol error: unauthenticated multibulk length"},
+		{"a bulk of 16385 bytes", "*2\r\n$4\r\nAUTH\r\n$16385\r\n", "ERR Protocol error: unauthenticated bulk length"},
+		{"a bulk of 66060288 bytes", "*2\r\n$4\r\nAUTH\r\n$66060288\r\n", "ERR Protocol error: unauthenticated bulk length"},
+		{"a count over max args", "*2147483647\r\n", "ERR Protocol error: invalid multibulk length"},
+		{"a negative bulk length", "*1\r\n$-1\r\n", "ERR Protocol error: invalid bulk length"},
+		{"a bulk over max query bytes", "*1\r\n$99999999999\r\n", "ERR Protocol error: invalid bulk length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Alone, and after a command in the same read.
+			for _, parts := range [][]string{{tc.in}, {"PING\r\n" + tc.in}} {
+				cmds, _, err := readAll(t, unauthLimits, parts...)
+				var pe *ProtocolError
+				if !errors.As(err, &pe) || pe.Reply != tc.wantReply {
+					t.Fatalf("%q: commands %q, then %v; want the protocol error %q", parts, cmds, err, tc.wantReply)
+				}
+				if want := strings.Count(parts[0], "PING"); len(cmds) != want {
+					t.Fatalf("%q: commands %q before the error; want %d", parts, cmds, want)
+				}
+			}
+		})
+	}
+	in := args(10) + "*2\r\n$4\r\nAUTH\r\n$16384\r\n" + strings.Repeat("p", 16384) + "\r\n" + "a b c d e f g h i j k l\r\n"
+	cmds, _, err := readAll(t, unauthLimits, in)
+	if err != io.EOF || len(cmds) != 3 {
+		t.Fatalf("10 arguments, a bulk of 16384 bytes, an inline command of 12 words: %d commands, %v; want 3 and the end", len(cmds), err)
+	}
+}
+
+// TestReaderAuthLiftsTheBoundsOfTheCommandsAfterIt: AUTH pipelined with
+// larger commands in one write. Redis runs AUTH before it reads the next
+// command, so they are allowed; the Reader frames the write first, holds
+// the first command over the bounds, and frames it again, under the
+// limits SetLimits gave meanwhile, at the next ReadCommands.
+func TestReaderAuthLiftsTheBoundsOfTheCommandsAfterIt(t *testing.T) {
+	big := "*11\r\n$4\r\nPING\r\n" + strings.Repeat("$1\r\na\r\n", 10)
+	echo := "*2\r\n$4\r\nECHO\r\n$20000\r\n" + strings.Repeat("e", 20000) + "\r\n"
+	r := NewReader(newChunks("AUTH pw\r\nPING\r\n"+big+echo+"PING\r\n"), unauthLimits)
+	batch, err := r.ReadCommands()
+	if err != nil || len(batch) != 2 || string(batch[0].Args[0]) != "AUTH" {
+		t.Fatalf("first batch: %d commands, %v; want AUTH and PING", len(batch), err)
+	}
+	r.SetLimits(Limits{}) // AUTH succeeded
+	var sizes []int
+	for {
+		batch, err := r.ReadCommands()
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("after AUTH, commands of %v arguments, then %v; want the end", sizes, err)
+			}
+			break
+		}
+		for _, c := range batch {
+			sizes = append(sizes, len(c.Args))
+		}
+	}
+	if len(sizes) != 3 || sizes[0] != 11 || sizes[1] != 2 || sizes[2] != 1 {
+		t.Fatalf("after AUTH, commands of %v arguments; want the 11 of PING, ECHO's 2, PING's 1", sizes)
+	}
+
+	// An AUTH that fails leaves the bounds: the command held is refused.
+	r = NewReader(newChunks("AUTH wrong\r\n"+big), unauthLimits)
+	if batch, err := r.ReadCommands(); err != nil || len(batch) != 1 {
+		t.Fatalf("first batch: %d commands, %v", len(batch), err)
+	}
+	var pe *ProtocolError
+	if _, err := r.ReadCommands(); !errors.As(err, &pe) || pe.Reply != "ERR Protocol error: unauthenticated multibulk length" {
+		t.Fatalf("the command held, still unauthenticated: %v", err)
+	}
+}
+
+// FuzzReadCommandsBeforeAuth is FuzzReadCommands for a client that has not
+// authenticated, whose AUTH (any command named so) lifts the bounds after
+// its batch, as the session does: every command handed out before that
+// holds to the bounds of Limits.Unauthenticated (inline ones aside), and
+// the stream ends as before.
+func FuzzReadCommandsBeforeAuth(f *testing.F) {
+	for _, s := range []string{
+		"*11\r\n", "PING\r\n*11\r\n", "AUTH pw\r\n*11\r\n$1\r\na\r\n", "*2\r\n$4\r\nAUTH\r\n$16385\r\n",
+		"AUTH x\r\n*2\r\n$4\r\nECHO\r\n$20000\r\n", "*1\r\n$4\r\nPING\r\n",
+	} {
+		f.Add([]byte(s), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint8) {
+		step := int(cut%16) + 1
+		var parts []string
+		for i := 0; i < len(stream); i += step {
+			parts = append(parts, string(stream[i:min(i+step, len(stream))]))
+		}
+		lim := Limits{MaxQueryBytes: 1 << 20, MaxArgs: 64, MaxInlineBytes: 64}
+		r := NewReader(newChunks(parts...), Limits{MaxQueryBytes: lim.MaxQueryBytes, MaxArgs: lim.MaxArgs, MaxInlineBytes: lim.MaxInlineBytes, Unauthenticated: true})
+		authed := false
+		for {
+			batch, err := r.ReadCommands()
+			if err != nil {
+				var pe *ProtocolError
+				if err != io.EOF && !errors.As(err, &pe) {
+					t.Fatalf("stream ended with %v", err)
+				}
+				return
+			}
+			if len(batch) == 0 {
+				t.Fatal("an empty batch")
+			}
+			for _, c := range batch {
+				// An inline command, which needs a space for a second
+				// argument, is bounded by MaxInlineBytes alone.
+				if !authed && len(c.Args) > UnauthenticatedMaxArgs && !strings.Contains(string(stream), " ") {
+					t.Fatalf("a command of %d arguments before AUTH", len(c.Args))
+				}
+				for _, a := range c.Args {
+					if !authed && len(a) > UnauthenticatedMaxBulkBytes {
+						t.Fatalf("an argument of %d bytes before AUTH", len(a))
+					}
+				}
+			}
+			for _, c := range batch {
+				if EqualFold(c.Args[0], "AUTH") {
+					authed = true
+					r.SetLimits(lim)
+				}
+			}
+		}
+	})
+}

@@ -18,6 +18,8 @@ import (
 type Writer struct {
 	b     []byte
 	resp3 bool
+	limit int  // Over's bound on the bytes written since the last Flush; 0: none
+	over  bool // a payload was left out: it would have passed limit
 }
 
 // maxKeptBuffer is the largest reply buffer a connection keeps after a
@@ -34,12 +36,34 @@ func (w *Writer) RESP3() bool { return w.resp3 }
 // Len is the number of bytes written since the last Flush.
 func (w *Writer) Len() int { return len(w.b) }
 
+// SetLimit sets the bound Over compares Len with; 0 (the zero value's)
+// means none.
+func (w *Writer) SetLimit(n int) { w.limit = max(n, 0) }
+
+// Over reports whether more than the limit has been written since the last
+// Flush: whoever builds replies checks it after each, so that a connection
+// whose replies pass its output limit is caught while they are built, not
+// when they are written. A bulk or raw payload that would pass the limit
+// is left out, and Over reports true from then on: the Writer never grows
+// (and copies) past its limit for it, and what it holds is not a reply
+// any more, so it must not be written.
+func (w *Writer) Over() bool { return w.over || w.limit > 0 && len(w.b) > w.limit }
+
+// fits reports whether n more bytes keep the Writer within its limit, and
+// marks it over otherwise.
+func (w *Writer) fits(n int) bool {
+	if w.limit > 0 && len(w.b)+n > w.limit {
+		w.over = true
+	}
+	return !w.over
+}
+
 // Bytes returns what was written since the last Flush (or Reset), valid
 // until the next write.
 func (w *Writer) Bytes() []byte { return w.b }
 
 // Reset forgets what was written since the last Flush.
-func (w *Writer) Reset() { w.b = w.b[:0] }
+func (w *Writer) Reset() { w.b, w.over = w.b[:0], false }
 
 // Flush writes everything written since the last Flush to dst.
 func (w *Writer) Flush(dst io.Writer) error {
@@ -47,6 +71,7 @@ func (w *Writer) Flush(dst io.Writer) error {
 		return nil
 	}
 	_, err := dst.Write(w.b)
+	w.over = false
 	if cap(w.b) > maxKeptBuffer {
 		w.b = nil
 	} else {
@@ -70,11 +95,20 @@ func (w *Writer) Bool(b bool) {
 	}
 }
 
-// Bulk writes a bulk string.
-func (w *Writer) Bulk(b []byte) { w.b = redcon.AppendBulk(w.b, b) }
+// Bulk writes a bulk string (unless it would pass the limit: see Over).
+func (w *Writer) Bulk(b []byte) {
+	if w.fits(len(b)) {
+		w.b = redcon.AppendBulk(w.b, b)
+	}
+}
 
-// BulkString writes a bulk string.
-func (w *Writer) BulkString(s string) { w.b = redcon.AppendBulkString(w.b, s) }
+// BulkString writes a bulk string (unless it would pass the limit: see
+// Over).
+func (w *Writer) BulkString(s string) {
+	if w.fits(len(s)) {
+		w.b = redcon.AppendBulkString(w.b, s)
+	}
+}
 
 // String writes a simple string (+OK); s must hold no CR or LF.
 func (w *Writer) String(s string) { w.b = redcon.AppendString(w.b, s) }
@@ -105,8 +139,13 @@ func (w *Writer) Set(n int) {
 	}
 }
 
-// Raw writes b as it is: bytes that are RESP already.
-func (w *Writer) Raw(b []byte) { w.b = append(w.b, b...) }
+// Raw writes b as it is: bytes that are RESP already (unless they would
+// pass the limit: see Over).
+func (w *Writer) Raw(b []byte) {
+	if w.fits(len(b)) {
+		w.b = append(w.b, b...)
+	}
+}
 
 // Push starts a push of n elements (an invalidation); RESP3 only, where
 // callers use it.
@@ -138,6 +177,9 @@ func (w *Writer) NullArray() {
 func (w *Writer) Verbatim(text []byte) {
 	if !w.resp3 {
 		w.Bulk(text)
+		return
+	}
+	if !w.fits(len(text)) {
 		return
 	}
 	w.b = appendHeader(w.b, '=', len("txt:")+len(text))

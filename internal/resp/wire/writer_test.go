@@ -58,3 +58,41 @@ func TestReplyTypesInBothProtocols(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterOver: Over reports more than the limit written since the last
+// Flush; the zero Writer, and a limit of 0, have none.
+func TestWriterOver(t *testing.T) {
+	var w Writer
+	w.Raw(make([]byte, 1<<20))
+	if w.Over() {
+		t.Fatal("the zero Writer is over a limit")
+	}
+	w.Reset()
+	w.SetLimit(10)
+	w.String("0123456") // +0123456\r\n: 10 bytes
+	if w.Over() {
+		t.Fatalf("%d bytes are over a limit of 10", w.Len())
+	}
+	w.Int(1)
+	if !w.Over() {
+		t.Fatalf("%d bytes are not over a limit of 10", w.Len())
+	}
+	if err := w.Flush(&bytes.Buffer{}); err != nil || w.Over() {
+		t.Fatalf("after Flush: over %v, %v", w.Over(), err)
+	}
+	// A payload that would pass the limit is left out.
+	w.Bulk(make([]byte, 20))
+	if !w.Over() || w.Len() != 0 {
+		t.Fatalf("a bulk of 20 bytes with a limit of 10: over %v, %d bytes held", w.Over(), w.Len())
+	}
+	w.Int(1)
+	if !w.Over() {
+		t.Fatal("over no more after a payload was left out")
+	}
+	w.Reset()
+	w.SetLimit(0)
+	w.Raw(make([]byte, 100))
+	if w.Over() {
+		t.Fatal("a limit of 0 is a limit")
+	}
+}
