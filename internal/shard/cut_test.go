@@ -2,6 +2,8 @@ package shard
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -9,29 +11,27 @@ import (
 	"github.com/bucketd/bucketd/internal/decide"
 )
 
-// walkInChunks walks every shard of g in chunks of max entries, calling
-// between after every chunk, and returns what the walk handed out by key.
+// walkInChunks walks g in chunks of max entries, calling between after
+// every chunk, and returns what the walk handed out by key.
 func walkInChunks(t *testing.T, g *Group, max int, between func()) map[string]Record {
 	t.Helper()
 	got := map[string]Record{}
-	for i := range g.Len() {
-		w, err := g.Walk(i)
-		if err != nil {
+	w, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		var chunk []Record
+		if chunk, done, err = w.Next(nil, max); err != nil {
 			t.Fatal(err)
 		}
-		for done := false; !done; {
-			var chunk []Record
-			if chunk, done, err = w.Next(nil, max); err != nil {
-				t.Fatal(err)
+		for _, r := range chunk {
+			if _, twice := got[r.Key]; twice {
+				t.Fatalf("%s handed out twice", r.Key)
 			}
-			for _, r := range chunk {
-				if _, twice := got[r.Key]; twice {
-					t.Fatalf("%s handed out twice", r.Key)
-				}
-				got[r.Key] = r
-			}
-			between()
+			got[r.Key] = r
 		}
+		between()
 	}
 	return got
 }
@@ -105,5 +105,139 @@ func TestWalkIsACutOfEveryUnit(t *testing.T) {
 	}
 	if len(got) != idle+len(spread)+len(tagged) {
 		t.Fatalf("handed out %d buckets, want %d", len(got), idle+len(spread)+len(tagged))
+	}
+}
+
+// TestWalkHandsOutTheCut checks the walk against a model, over 4 shards:
+// between chunks, random new keys, spends, resets, restores of new keys
+// and sweeps (which move a shard's last entry into the hole, across the
+// cursor too). What the walk hands out is exactly the state at its cut:
+// every key handed out had a bucket at the cut and comes out with its
+// state and limit then; a key of the cut left out is full by the end of
+// the walk; no key comes out twice. One walk in three is stopped or
+// replaced half-way, and the walk after it must be exact all the same.
+func TestWalkHandsOutTheCut(t *testing.T) {
+	for seed := range uint64(200) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			g, clk := newTestGroup(t, Config{Shards: 4, SweepInterval: time.Millisecond, SweepMin: 64})
+			c := g.NewCaller()
+			m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}, seen: map[string][]float64{}}
+			restored := 0
+			step := func() {
+				if rng.IntN(15) == 0 { // a restore: a new key, newer than the cut
+					key := fmt.Sprint("restored-", restored)
+					restored++
+					rec := Record{Key: key, State: bucket.State{Tokens: 1, Last: clk.Base().UnixMicros(clk.Now())},
+						Limit: bucket.Limit{Capacity: 10, Rate: 1.0 / 3600}}
+					if _, err := g.Restore([]Record{rec}); err != nil {
+						t.Fatal(err)
+					}
+					m.state[key], m.limit[key] = bucket.State{Tokens: 1, Last: clk.Now()}, rec.Limit
+					return
+				}
+				m.step(t, rng, c)
+			}
+			for range 50 + rng.IntN(500) {
+				step()
+			}
+			for walks := 0; walks < 3; walks++ {
+				abandon := rng.IntN(3) == 0
+				cut := maps.Clone(m.state)
+				cutLimit := maps.Clone(m.limit)
+				w, err := g.Walk()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]Record{}
+				for done, chunks := false, 0; !done; chunks++ {
+					if abandon && chunks == 3 {
+						if rng.IntN(2) == 0 {
+							err = w.Stop()
+						} else {
+							_, err = g.Walk() // replaces w, and is left alone in turn
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						break
+					}
+					var chunk []Record
+					if chunk, done, err = w.Next(nil, 1+rng.IntN(40)); err != nil {
+						t.Fatal(err)
+					}
+					for _, r := range chunk {
+						if _, twice := got[r.Key]; twice {
+							t.Fatalf("%s handed out twice", r.Key)
+						}
+						got[r.Key] = r
+					}
+					for range rng.IntN(30) {
+						step()
+					}
+				}
+				if abandon {
+					continue
+				}
+				for k, r := range got {
+					st, ok := cut[k]
+					if !ok {
+						t.Fatalf("%s handed out, but it had no bucket at the cut", k)
+					}
+					if r.State.Tokens != st.Tokens || r.State.Last != clk.Base().UnixMicros(st.Last) || r.Limit != cutLimit[k] {
+						t.Fatalf("%s handed out as %+v %+v, want its state at the cut %+v %+v", k, r.State, r.Limit, st, cutLimit[k])
+					}
+				}
+				for k, st := range cut {
+					if _, ok := got[k]; !ok && !st.IsFull(cutLimit[k], clk.Now()) {
+						t.Fatalf("%s had a bucket at the cut, is not full by the end of the walk, and was not handed out", k)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestWalkHandsOutEvictedAndRestoredBucketsAsAtTheCut: a bucket evicted
+// by --max-buckets after the cut, and a restored one replaced by a newer
+// restore after it, are handed out as they were at the cut.
+func TestWalkHandsOutEvictedAndRestoredBucketsAsAtTheCut(t *testing.T) {
+	g, clk := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Hour, MaxBuckets: 3})
+	c := g.NewCaller()
+	lim := bucket.Limit{Capacity: 10, Rate: 0.001}
+	unix := clk.Base().UnixMicros(clk.Now())
+	rec := func(tokens float64, last int64) Record {
+		return Record{Key: "restored", State: bucket.State{Tokens: tokens, Last: last}, Limit: lim}
+	}
+	if _, err := g.Restore([]Record{rec(4, unix-2_000_000)}); err != nil {
+		t.Fatal(err)
+	}
+	runOne(t, c, acquire("a", lim.Capacity, lim.Rate, 3))
+	runOne(t, c, acquire("b", lim.Capacity, lim.Rate, 5))
+	w, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.Restore([]Record{rec(2, unix-1_000_000)}); err != nil || n != 1 {
+		t.Fatalf("the newer restore stored %d, %v", n, err)
+	}
+	runOne(t, c, acquire("c", lim.Capacity, lim.Rate, 9)) // a fourth bucket: one of the others is evicted
+	if ev := g.Stats().Evicted; ev != 1 {
+		t.Fatalf("%d evicted, want 1", ev)
+	}
+	var got []Record
+	for done := false; !done; {
+		if got, done, err = w.Next(got, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{"restored": 4, "a": 7, "b": 5}
+	if len(got) != len(want) {
+		t.Fatalf("handed out %+v, want the three buckets of the cut", got)
+	}
+	for _, r := range got {
+		if tok, ok := want[r.Key]; !ok || r.State.Tokens != tok {
+			t.Fatalf("%s handed out with %v tokens, want %v (its state at the cut)", r.Key, r.State.Tokens, tok)
+		}
 	}
 }

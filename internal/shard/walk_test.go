@@ -16,15 +16,13 @@ import (
 func walkAll(t *testing.T, g *Group) []Record {
 	t.Helper()
 	var all []Record
-	for i := range g.Len() {
-		w, err := g.Walk(i)
-		if err != nil {
+	w, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		if all, done, err = w.Next(all, 100); err != nil {
 			t.Fatal(err)
-		}
-		for done := false; !done; {
-			if all, done, err = w.Next(all, 100); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	return all
@@ -113,7 +111,7 @@ func TestWalkHandsOutEveryLiveBucketOnce(t *testing.T) {
 				m.seen[k] = []float64{st.Tokens}
 			}
 
-			w, err := g.Walk(0)
+			w, err := g.Walk()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,15 +168,16 @@ func walking(t *testing.T, g *Group) bool {
 }
 
 // TestWalkStopAndReplace: a stopped walk is forgotten by its shard (which
-// then remembers no moved entries), and a second walk of a shard ends the
-// first, whose Next then says so.
+// then remembers no moved entries), and a second walk ends the first,
+// whose Next then says so. After Close, Walk and Next return ErrClosed
+// (invariant 8).
 func TestWalkStopAndReplace(t *testing.T) {
 	g, _ := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	for i := range 10 {
 		runOne(t, c, acquire(fmt.Sprint("k", i), 10, 0.001, 1))
 	}
-	w, err := g.Walk(0)
+	w, err := g.Walk()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,17 +191,24 @@ func TestWalkStopAndReplace(t *testing.T) {
 		t.Fatalf("second Stop: %v", err)
 	}
 
-	first, _ := g.Walk(0)
-	second, _ := g.Walk(0)
+	first, _ := g.Walk()
+	second, _ := g.Walk()
 	if _, _, err := first.Next(nil, 4); !errors.Is(err, ErrWalkEnded) {
 		t.Fatalf("Next of a replaced walk: %v, want ErrWalkEnded", err)
 	}
 	if recs, done, err := second.Next(nil, 100); err != nil || !done || len(recs) != 10 {
 		t.Fatalf("the second walk: %d records, done %v, %v", len(recs), done, err)
 	}
+	open, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
 	g.Close()
-	if _, err := g.Walk(0); !errors.Is(err, ErrClosed) {
+	if _, err := g.Walk(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Walk after Close: %v", err)
+	}
+	if _, _, err := open.Next(nil, 4); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next of a walk begun before Close: %v, want ErrClosed", err)
 	}
 }
 
@@ -217,7 +223,7 @@ func TestWalkHandsOutAMovedBucketThatChangedSince(t *testing.T) {
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 	runOne(t, c, acquire("a", l.Capacity, l.Rate, 5))
 	runOne(t, c, acquire("mover", l.Capacity, l.Rate, 1)) // 9 left: full again after 1 s
-	w, err := g.Walk(0)
+	w, err := g.Walk()
 	if err != nil {
 		t.Fatal(err)
 	}
