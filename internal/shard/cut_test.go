@@ -3,7 +3,6 @@ package shard
 import (
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -119,10 +118,8 @@ func TestWalkIsACutOfEveryUnit(t *testing.T) {
 func TestWalkHandsOutTheCut(t *testing.T) {
 	for seed := range uint64(200) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 7))
-			g, clk := newTestGroup(t, Config{Shards: 4, SweepInterval: time.Millisecond, SweepMin: 64})
-			c := g.NewCaller()
-			m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}, seen: map[string][]float64{}}
+			rng, g, c, m := newWalkModel(t, 4, seed, 7)
+			clk := m.clk
 			restored := 0
 			step := func() {
 				if rng.IntN(15) == 0 { // a restore: a new key, newer than the cut

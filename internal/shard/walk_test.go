@@ -40,6 +40,16 @@ type walkModel struct {
 	next   int // the next new key's number
 }
 
+// newWalkModel returns a group of shards with its model, a Caller and
+// the random source of one history. A sweep every millisecond removes
+// what the model's clock steps fill.
+func newWalkModel(t *testing.T, shards int, seed, stream uint64) (*rand.Rand, *Group, *Caller, *walkModel) {
+	t.Helper()
+	g, clk := newTestGroup(t, Config{Shards: shards, SweepInterval: time.Millisecond, SweepMin: 64})
+	m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}, seen: map[string][]float64{}}
+	return rand.New(rand.NewPCG(seed, stream)), g, g.NewCaller(), m
+}
+
 // gone forgets key: reset, or full (which the sweeper deletes).
 func (m *walkModel) gone(key string) {
 	delete(m.state, key)
@@ -95,12 +105,7 @@ func (m *walkModel) spend(t *testing.T, c *Caller, key string, l bucket.Limit, c
 func TestWalkHandsOutEveryLiveBucketOnce(t *testing.T) {
 	for seed := range uint64(200) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 42))
-			// A sweep every millisecond removes what the clock steps fill.
-			g, clk := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Millisecond, SweepMin: 64})
-			c := g.NewCaller()
-			m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}}
-			m.seen = map[string][]float64{}
+			rng, g, c, m := newWalkModel(t, 1, seed, 42)
 			for range 50 + rng.IntN(500) {
 				m.step(t, rng, c)
 			}
