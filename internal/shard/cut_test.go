@@ -238,3 +238,60 @@ func TestWalkHandsOutEvictedAndRestoredBucketsAsAtTheCut(t *testing.T) {
 		}
 	}
 }
+
+// TestWalkTakesLaterShardsCopiesAsItGoes: while the walk is still on the
+// first shard, a client spends from every bucket of the second; the
+// shard keeps a copy of each, and the next chunk takes those copies out
+// at once rather than leaving them until the walk reaches that shard.
+// The walk still hands out every bucket once, as it was at the cut.
+func TestWalkTakesLaterShardsCopiesAsItGoes(t *testing.T) {
+	g, _ := newTestGroup(t, Config{Shards: 2, SweepInterval: time.Hour})
+	c := g.NewCaller()
+	var all, second []string
+	for i := 0; len(second) < 100; i++ {
+		k := fmt.Sprint("k", i)
+		runOne(t, c, acquire(k, 10, 0.001, 1))
+		all = append(all, k)
+		if shardOfKey(g, []byte(k)) == 1 {
+			second = append(second, k)
+		}
+	}
+	w, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range second {
+		runOne(t, c, acquire(k, 10, 0.001, 1))
+	}
+	kept := func() (n int) {
+		if err := g.on(1, func(s *shard, _ int64) { n = len(s.walk.saved) }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := kept(); n != len(second) {
+		t.Fatalf("the second shard keeps %d copies, want %d", n, len(second))
+	}
+	got, _, err := w.Next(nil, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := kept(); n != 0 || len(got) < len(second) {
+		t.Fatalf("after a chunk of %d the second shard still keeps %d copies", len(got), n)
+	}
+	for done := false; !done; {
+		if got, done, err = w.Next(got, 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range got {
+		if seen[r.Key] || r.State.Tokens != 9 {
+			t.Fatalf("%s handed out twice or not as at the cut (%v tokens, want 9)", r.Key, r.State.Tokens)
+		}
+		seen[r.Key] = true
+	}
+	if len(seen) != len(all) {
+		t.Fatalf("handed out %d buckets, want %d", len(seen), len(all))
+	}
+}

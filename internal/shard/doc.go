@@ -80,9 +80,10 @@
 //     a pipeline is in the snapshot for all its buckets or for none.
 //     Serving goes on during the walk: taking the cut costs each shard a
 //     flipped bit, and a shard copies a bucket only when it changes, goes
-//     or moves before the walk reaches it, once per walk (walk.go), so
-//     memory holds the buckets changed during the walk, never a copy of
-//     the others. With Close: a Walk after Close returns ErrClosed having
+//     or moves before the walk reaches it, once per walk, and the walk's
+//     chunks take the copies out as it goes (walk.go), so memory holds
+//     those changed since the walk last called at their shard, never a
+//     copy of the others. With Close: a Walk after Close returns ErrClosed having
 //     posted its cut nowhere, a cut posted before Close runs on every
 //     shard, and the walk's next chunk returns ErrClosed
 //     (TestWalkIsACutOfEveryUnit, TestWalkHandsOutTheCut,

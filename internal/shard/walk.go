@@ -21,12 +21,15 @@ import (
 // to change or go while pending is copied first (shard.keep), as is a
 // pending entry that a deletion moves to where the walk has been (a
 // removal moves the table's last entry into the hole); its phase is set,
-// and the next chunk hands the copy out. A new entry takes the shard's
-// phase: it is newer than the cut, and the walk leaves it out. So the cut
-// costs nothing to take, and memory holds one copy, 48 bytes and the
-// key, of each bucket that changed, went or moved before the walk reached
-// it: at most every bucket that a client changed during the snapshot,
-// never a copy of buckets nobody touched.
+// and a chunk hands the copy out: the next one at that shard, whether it
+// is the shard being walked or one the walk has yet to reach (each chunk
+// also takes the copies of one of those, in turn). A new entry takes the
+// shard's phase: it is newer than the cut, and the walk leaves it out.
+// So the cut costs nothing to take, and memory holds, besides the chunk,
+// one copy (48 bytes and the key) of each bucket that changed, went or
+// moved since the walk last called at its shard and before the walk
+// reached it: never more than one per bucket, and never a copy of
+// buckets nobody touched.
 
 // Walk hands out the live buckets of every shard (full ones left out) as
 // they were at its cut, a chunk at a time, shard after shard: the shards
@@ -40,7 +43,8 @@ import (
 type Walk struct {
 	g     *Group
 	id    uint64
-	shard int // the shard the next chunk comes from
+	shard int // the shard being walked
+	drain int // the later shard whose copies the next chunk takes (later)
 	done  bool
 }
 
@@ -73,35 +77,75 @@ func (g *Group) Walk() (*Walk, error) {
 	return w, nil
 }
 
-// Next appends to dst the live buckets among the next max entries of the
-// shard being walked, and reports whether the walk is complete (every
-// shard has then forgotten it). A chunk may hold fewer than max buckets,
-// none at all, before the walk is complete.
+// Next appends to dst up to max buckets: first copies kept by one of the
+// shards the walk has yet to reach (the next of them in turn), then the
+// live buckets among as many of the next entries of the shard being
+// walked as are left of max. It reports whether the walk is complete
+// (every shard has then forgotten it). A chunk may hold fewer than max
+// buckets, none at all, before the walk is complete. Taking the later
+// shards' copies as it goes is what keeps them from piling up there
+// while the walk is still on earlier shards: they are held from when they
+// are made until the walk next calls at their shard.
 func (w *Walk) Next(dst []Record, max int) ([]Record, bool, error) {
 	if w.done {
 		return dst, true, nil
 	}
-	var ended, shardDone bool
-	err := w.g.on(w.shard, func(s *shard, now int64) {
-		if s.walk == nil || s.walk.id != w.id {
-			ended = true
-			return
+	from := len(dst)
+	if j := w.later(); j >= 0 {
+		if err := w.at(j, func(s *shard, _ int64) { dst = s.walk.copies(s, dst, max) }); err != nil {
+			return dst, false, err
 		}
-		dst, shardDone = s.walk.next(s, dst, max, now)
+	}
+	left := max - (len(dst) - from)
+	if left <= 0 {
+		return dst, false, nil
+	}
+	var shardDone bool
+	err := w.at(w.shard, func(s *shard, now int64) {
+		dst, shardDone = s.walk.next(s, dst, left, now)
 		if shardDone {
 			s.endWalk()
 		}
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return dst, false, err
-	case ended:
-		return dst, false, ErrWalkEnded
-	case shardDone:
+	}
+	if shardDone {
 		w.shard++
 		w.done = w.shard == len(w.g.shards)
 	}
 	return dst, w.done, nil
+}
+
+// later returns the shard, after the one being walked, whose copies the
+// next chunk takes first (each of them in turn), or -1 when there is none.
+func (w *Walk) later() int {
+	n := len(w.g.shards)
+	if w.shard+1 >= n {
+		return -1
+	}
+	if w.drain <= w.shard || w.drain >= n {
+		w.drain = w.shard + 1
+	}
+	w.drain++
+	return w.drain - 1
+}
+
+// at runs fn on shard i, whose state of this walk is s.walk; it returns
+// ErrWalkEnded, having run nothing, when the shard no longer runs it.
+func (w *Walk) at(i int, fn func(s *shard, now int64)) error {
+	var ended bool
+	err := w.g.on(i, func(s *shard, now int64) {
+		if s.walk == nil || s.walk.id != w.id {
+			ended = true
+			return
+		}
+		fn(s, now)
+	})
+	if err == nil && ended {
+		err = ErrWalkEnded
+	}
+	return err
 }
 
 // Stop ends the walk before it is complete; after the end it does nothing.
@@ -186,19 +230,27 @@ func (s *shard) keep(i int32) {
 	w.saved = append(w.saved, c)
 }
 
-// next appends the live buckets among the next max entries (kept copies
-// first) and reports whether the walk of this shard is complete. A copy
-// is handed out without a second look at the clock: its entry may have
-// changed since, and the copy refilled to now could look full while the
-// bucket is not (a restore leaves a full record out anyway).
-func (w *walk) next(s *shard, dst []Record, max int, now int64) ([]Record, bool) {
+// copies appends up to max of the copies kept for the walk and not yet
+// handed out. A copy is handed out without a second look at the clock:
+// its entry may have changed since, and the copy refilled to now could
+// look full while the bucket is not (a restore leaves a full record out
+// anyway).
+func (w *walk) copies(s *shard, dst []Record, max int) []Record {
 	for ; max > 0 && len(w.saved) > 0; max-- {
 		c := &w.saved[len(w.saved)-1]
 		dst = append(dst, c.record(w.keys[c.keyOff:c.keyOff+c.keyLen], s.base))
 		w.keys = w.keys[:c.keyOff] // the keys were appended in the copies' order
 		w.saved = w.saved[:len(w.saved)-1]
 	}
-	for ; max > 0 && w.cursor < s.t.len(); max-- {
+	return dst
+}
+
+// next appends the live buckets among the next max entries, kept copies
+// first, and reports whether the walk of this shard is complete.
+func (w *walk) next(s *shard, dst []Record, max int, now int64) ([]Record, bool) {
+	from := len(dst)
+	dst = w.copies(s, dst, max)
+	for max -= len(dst) - from; max > 0 && w.cursor < s.t.len(); max-- {
 		if e := &s.t.entries[w.cursor]; e.phase != s.phase {
 			e.phase = s.phase
 			if !e.full(now) {

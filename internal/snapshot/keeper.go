@@ -256,7 +256,8 @@ const saveChunk = 1024
 // shard after shard, a chunk at a time, each written before the next is
 // taken, so the shards serve clients in between, and memory holds one
 // chunk and the copies the shards keep of buckets changed before the walk
-// reached them, never a copy of all buckets. A Save called while another
+// reached them (until the next chunk takes them), never a copy of all
+// buckets. A Save called while another
 // runs waits for it. Save runs flat out, as the final snapshot does; the
 // periodic ones are paced (see pace).
 func (k *Keeper) Save() (int, error) { return k.save(nil) }
