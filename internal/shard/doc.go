@@ -48,7 +48,8 @@
 //     to a Caller that already got ErrClosed. Close closes every queue in
 //     one step, so once a post has met ErrClosed on any shard, every later
 //     post meets it on all of them. A Run is posted to all its shards or
-//     to none, so a vote always has all its voters
+//     to none, so a vote always has all its voters, and so is a walk's
+//     cut (invariant 8)
 //     (TestGroupAcrossShardsMeetingCloseNeverHangs,
 //     TestCallerReusedAfterCloseNeverHangs, TestVotesMeetingCloseAllReturn,
 //     TestReviewErrClosedStaysClosed).
@@ -71,6 +72,23 @@
 //     goroutine that posted it. So a queue holds at most one task per
 //     connection and maintenance goroutine, and a post never needs to
 //     wait for room (invariant 5). The depth is reported as a gauge.
+//  8. A snapshot is a cut of every unit. Walk posts its cut to every
+//     shard in one step, as a Run is posted (Group.postAll, holding all
+//     queues in ascending order), so every Run stands before the cut on
+//     all its shards or after it on all of them, and the walk hands out
+//     each bucket as it was at its shard's cut: a transaction, a group or
+//     a pipeline is in the snapshot for all its buckets or for none.
+//     Serving goes on during the walk: taking the cut costs each shard a
+//     flipped bit, and a shard copies a bucket only when it changes, goes
+//     or moves before the walk reaches it, once per walk, and the walk's
+//     chunks take the copies out as it goes (walk.go), so memory holds
+//     those changed since the walk last called at their shard, never a
+//     copy of the others. With Close: a Walk after Close returns ErrClosed having
+//     posted its cut nowhere, a cut posted before Close runs on every
+//     shard, and the walk's next chunk returns ErrClosed
+//     (TestWalkIsACutOfEveryUnit, TestWalkHandsOutTheCut,
+//     TestWalkStopAndReplace, TestKill9SnapshotIsACutOfEveryUnit in
+//     cmd/bucketd).
 //
 // Time: the shards decide on a monotonic clock (internal/clock); Records
 // and Changes, which leave the process, carry Unix time, converted here and

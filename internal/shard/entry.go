@@ -36,6 +36,11 @@ type entry struct {
 	// on it since, so a newer loaded copy may replace it. Every write of
 	// a decision builds a fresh entry, which clears it.
 	restored bool
+	// phase differs from its shard's phase while the walk in progress
+	// has yet to hand out the entry's state at the walk's cut, which is
+	// then still the entry's state (walk.go); otherwise, and whenever no
+	// walk is in progress, it equals the shard's.
+	phase bool
 }
 
 func tokenEntry(s bucket.State, l bucket.Limit) entry {

@@ -1,9 +1,7 @@
 package shard
 
 import (
-	"errors"
 	"hash/maphash"
-	"sync/atomic"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 )
@@ -95,8 +93,7 @@ func (s *shard) restore(r *Record, now int64) bool {
 		s.removeAt(i)
 		return false
 	}
-	e.keyOff, e.keyLen, e.fp, e.dirty = old.keyOff, old.keyLen, old.fp, old.dirty
-	*old = e
+	s.overwrite(i, e)
 	return true
 }
 
@@ -222,118 +219,4 @@ func (s *shard) trackAll() {
 		}
 	}
 	s.pending.Store(int64(len(s.dirty)))
-}
-
-// Walk hands out one shard's live buckets (full ones left out) a chunk at
-// a time, for snapshots: the shard serves clients between chunks, and the
-// caller holds one chunk, never a copy of the shard. Every bucket that is
-// live for the whole walk is handed out exactly once, with its state at
-// some instant during the walk; one created or deleted meanwhile may be
-// handed out or not. A Walk is used by one goroutine; Stop it when giving
-// up before the end, or the shard keeps remembering moved entries.
-type Walk struct {
-	g    *Group
-	i    int // the shard
-	id   uint64
-	done bool
-}
-
-// ErrWalkEnded is returned by Walk.Next when the shard no longer runs that
-// walk: it was stopped, or another walk of the same shard replaced it.
-var ErrWalkEnded = errors.New("shard: walk ended")
-
-// walkIDs numbers the walks, so a shard can tell its current walk from
-// one that it has forgotten.
-var walkIDs atomic.Uint64
-
-// Walk starts a walk over shard i. Only one walk per shard is in
-// progress: starting another ends this one.
-func (g *Group) Walk(i int) (*Walk, error) {
-	w := &Walk{g: g, i: i, id: walkIDs.Add(1)}
-	err := g.on(i, func(s *shard, _ int64) { s.walk = &walk{id: w.id} })
-	return w, err
-}
-
-// Next appends to dst the live buckets among the next max entries of the
-// shard, and reports whether the walk is complete (the shard has then
-// forgotten it). A chunk may hold fewer than max buckets, none at all,
-// before the walk is complete.
-func (w *Walk) Next(dst []Record, max int) ([]Record, bool, error) {
-	if w.done {
-		return dst, true, nil
-	}
-	var ended bool
-	err := w.g.on(w.i, func(s *shard, now int64) {
-		if s.walk == nil || s.walk.id != w.id {
-			ended = true
-			return
-		}
-		dst, w.done = s.walk.next(s, dst, max, now)
-		if w.done {
-			s.walk = nil
-		}
-	})
-	switch {
-	case err != nil:
-		return dst, false, err
-	case ended:
-		return dst, false, ErrWalkEnded
-	}
-	return dst, w.done, nil
-}
-
-// Stop ends the walk before it is complete; after the end it does nothing.
-func (w *Walk) Stop() error {
-	if w.done {
-		return nil
-	}
-	w.done = true
-	return w.g.on(w.i, func(s *shard, _ int64) {
-		if s.walk != nil && s.walk.id == w.id {
-			s.walk = nil
-		}
-	})
-}
-
-// walk is a Walk's state on its shard. Entries below cursor have been
-// handed out. Entries only ever move down (a removal moves the last entry
-// into the hole), so one the cursor has not reached can jump below it:
-// moving copies it into moved at that instant, and the next chunk hands it
-// out. An entry below the cursor never gets above it again, so nothing is
-// handed out twice. moved holds what was moved between two chunks.
-type walk struct {
-	id     uint64
-	cursor int
-	moved  []Record
-}
-
-// moving runs before entry i is removed: when that moves the last entry
-// from where the cursor has yet to go to where it has been, remember it,
-// unless it is full at that instant (the running task's, s.last).
-func (w *walk) moving(s *shard, i int32) {
-	last := s.t.len() - 1
-	if int(i) < w.cursor && last >= w.cursor {
-		if e := &s.t.entries[last]; !e.full(s.last) { // the task's instant (see tick)
-			w.moved = append(w.moved, e.record(s.t.key(e), s.base))
-		}
-	}
-}
-
-// next appends the live buckets among the next max entries (moved ones
-// first) and reports whether the walk is complete. A moved record is
-// handed out as it was when it moved, without a second look: the bucket
-// may have changed since, and its old copy, refilled to now, could look
-// full while the bucket is not (a restore leaves a full record out anyway).
-func (w *walk) next(s *shard, dst []Record, max int, now int64) ([]Record, bool) {
-	for ; max > 0 && len(w.moved) > 0; max-- {
-		dst = append(dst, w.moved[len(w.moved)-1])
-		w.moved = w.moved[:len(w.moved)-1]
-	}
-	for ; max > 0 && w.cursor < s.t.len(); max-- {
-		if e := &s.t.entries[w.cursor]; !e.full(now) {
-			dst = append(dst, e.record(s.t.key(e), s.base))
-		}
-		w.cursor++
-	}
-	return dst, len(w.moved) == 0 && w.cursor >= s.t.len()
 }

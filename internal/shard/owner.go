@@ -46,7 +46,10 @@ type shard struct {
 	rng        uint64 // xorshift state for eviction samples
 	evicted    atomic.Int64
 
-	walk *walk // the snapshot walk in progress (maintain.go); nil when none
+	walk *walk // the snapshot walk in progress (walk.go); nil when none
+	// phase is what entry.phase holds once the walk in progress has
+	// handed the entry out; each cut flips it (walk.go).
+	phase bool
 
 	leases     *leases      // lease mode's entries (lease.go); nil in the other modes
 	leaseCount atomic.Int64 // entries holding a lease
@@ -311,9 +314,7 @@ func (s *shard) store(o *op, i int32, exists, full bool, e entry) (int32, bool) 
 		s.removeAt(i)
 		return -1, true
 	case exists:
-		old := &s.t.entries[i]
-		e.keyOff, e.keyLen, e.fp, e.dirty = old.keyOff, old.keyLen, old.fp, old.dirty
-		*old = e
+		s.overwrite(i, e)
 		return i, true
 	case !full:
 		return s.insert(o.hash, o.Key, e)
@@ -321,10 +322,22 @@ func (s *shard) store(o *op, i int32, exists, full bool, e entry) (int32, bool) 
 	return -1, false
 }
 
+// overwrite stores e's state in entry i, which keeps its key, its place
+// in the change set and its phase; a walk that has yet to reach the entry
+// keeps its state at the cut first (walk.go).
+func (s *shard) overwrite(i int32, e entry) {
+	s.changing(i)
+	old := &s.t.entries[i]
+	e.keyOff, e.keyLen, e.fp, e.dirty, e.phase = old.keyOff, old.keyLen, old.fp, old.dirty, old.phase
+	*old = e
+}
+
 // insert creates the entry e for key. When the shard then holds more than
 // its share of MaxBuckets, another bucket is evicted: after the insert, so
-// that an insert refused for lack of memory never costs another bucket.
+// that an insert refused for lack of memory never costs another bucket. A
+// new entry is newer than any cut in progress: the walk leaves it out.
 func (s *shard) insert(hash uint64, key []byte, e entry) (int32, bool) {
+	e.phase = s.phase
 	at := s.t.insert(hash, key, e) // copies the key into the arena
 	if at < 0 {
 		s.evicted.Add(1) // no room for the key: the bucket answers as full
@@ -359,11 +372,13 @@ func (s *shard) reset(o *op, now int64, n *tally) decide.Answer {
 	return decide.Answer{Removed: true}
 }
 
-// removeAt deletes entry i; the last entry moves into its place, which a
-// walk in progress must hear of (walk.moving).
+// removeAt deletes entry i; the last entry moves into its place. A walk
+// in progress keeps the state at its cut of an entry it has yet to reach
+// that goes, and of one that moves to where it has been (walk.go).
 func (s *shard) removeAt(i int32) {
-	if s.walk != nil {
-		s.walk.moving(s, i)
+	s.changing(i)
+	if w := s.walk; w != nil && int(i) < w.cursor {
+		s.changing(int32(s.t.len() - 1))
 	}
 	s.t.remove(i)
 	s.live.Add(-1)

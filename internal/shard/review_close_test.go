@@ -28,7 +28,7 @@ func maintain(g *Group, keys [][]byte, rounds int, errs *firstErr) {
 	var dst []Record
 	for r := range rounds {
 		i := r % g.Len()
-		w, err := g.Walk(i)
+		w, err := g.Walk()
 		if fail("Walk", err) {
 			return
 		}

@@ -136,6 +136,46 @@ func hashTag(key []byte) ([]byte, bool) {
 // submit posts one task to shard i (maintenance, tests).
 func (g *Group) submit(i int, t task) error { return g.shards[i].queue.put(t) }
 
+// postAll posts tasks[i] to shard i, for every shard, in one step: it
+// holds every queue, taken in ascending order as a Run's post takes them,
+// while it appends, so every Run stands before all of these tasks or
+// after all of them on the shards it shares with them (Walk's cut). It
+// appends nothing once the group is closed.
+func (g *Group) postAll(tasks []task) error {
+	g.lockAll()
+	closed := g.shards[0].queue.closed // Close closes them all in one step
+	wake := make([]bool, len(g.shards))
+	if !closed {
+		for i, s := range g.shards {
+			wake[i] = s.queue.pushLocked(tasks[i])
+		}
+	}
+	g.unlockAll()
+	if closed {
+		return ErrClosed
+	}
+	for i, s := range g.shards {
+		if wake[i] {
+			s.queue.ring()
+		}
+	}
+	return nil
+}
+
+// lockAll takes every shard's queue in ascending order; unlockAll gives
+// them back.
+func (g *Group) lockAll() {
+	for _, s := range g.shards {
+		s.queue.mu.Lock()
+	}
+}
+
+func (g *Group) unlockAll() {
+	for i := len(g.shards) - 1; i >= 0; i-- {
+		g.shards[i].queue.mu.Unlock()
+	}
+}
+
 // Close stops the shards after they have run every task already posted,
 // and waits for their goroutines to end. Every later call returns
 // ErrClosed; every call posted before is answered (invariant 4 of the
@@ -146,15 +186,11 @@ func (g *Group) submit(i int, t task) error { return g.shards[i].queue.put(t) }
 // ErrClosed on one shard could still be served by another.
 func (g *Group) Close() {
 	g.closeOnce.Do(func() {
-		for _, s := range g.shards {
-			s.queue.mu.Lock()
-		}
+		g.lockAll()
 		for _, s := range g.shards {
 			s.queue.closed = true
 		}
-		for i := len(g.shards) - 1; i >= 0; i-- {
-			g.shards[i].queue.mu.Unlock()
-		}
+		g.unlockAll()
 		for _, s := range g.shards {
 			s.queue.ring()
 		}

@@ -16,15 +16,13 @@ import (
 func walkAll(t *testing.T, g *Group) []Record {
 	t.Helper()
 	var all []Record
-	for i := range g.Len() {
-		w, err := g.Walk(i)
-		if err != nil {
+	w, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		if all, done, err = w.Next(all, 100); err != nil {
 			t.Fatal(err)
-		}
-		for done := false; !done; {
-			if all, done, err = w.Next(all, 100); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	return all
@@ -40,6 +38,16 @@ type walkModel struct {
 	seen   map[string][]float64
 	stable map[string]bool
 	next   int // the next new key's number
+}
+
+// newWalkModel returns a group of shards with its model, a Caller and
+// the random source of one history. A sweep every millisecond removes
+// what the model's clock steps fill.
+func newWalkModel(t *testing.T, shards int, seed, stream uint64) (*rand.Rand, *Group, *Caller, *walkModel) {
+	t.Helper()
+	g, clk := newTestGroup(t, Config{Shards: shards, SweepInterval: time.Millisecond, SweepMin: 64})
+	m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}, seen: map[string][]float64{}}
+	return rand.New(rand.NewPCG(seed, stream)), g, g.NewCaller(), m
 }
 
 // gone forgets key: reset, or full (which the sweeper deletes).
@@ -97,12 +105,7 @@ func (m *walkModel) spend(t *testing.T, c *Caller, key string, l bucket.Limit, c
 func TestWalkHandsOutEveryLiveBucketOnce(t *testing.T) {
 	for seed := range uint64(200) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 42))
-			// A sweep every millisecond removes what the clock steps fill.
-			g, clk := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Millisecond, SweepMin: 64})
-			c := g.NewCaller()
-			m := &walkModel{clk: clk, state: map[string]bucket.State{}, limit: map[string]bucket.Limit{}}
-			m.seen = map[string][]float64{}
+			rng, g, c, m := newWalkModel(t, 1, seed, 42)
 			for range 50 + rng.IntN(500) {
 				m.step(t, rng, c)
 			}
@@ -113,7 +116,7 @@ func TestWalkHandsOutEveryLiveBucketOnce(t *testing.T) {
 				m.seen[k] = []float64{st.Tokens}
 			}
 
-			w, err := g.Walk(0)
+			w, err := g.Walk()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,15 +173,16 @@ func walking(t *testing.T, g *Group) bool {
 }
 
 // TestWalkStopAndReplace: a stopped walk is forgotten by its shard (which
-// then remembers no moved entries), and a second walk of a shard ends the
-// first, whose Next then says so.
+// then remembers no moved entries), and a second walk ends the first,
+// whose Next then says so. After Close, Walk and Next return ErrClosed
+// (invariant 8).
 func TestWalkStopAndReplace(t *testing.T) {
 	g, _ := newTestGroup(t, Config{Shards: 1, SweepInterval: time.Hour})
 	c := g.NewCaller()
 	for i := range 10 {
 		runOne(t, c, acquire(fmt.Sprint("k", i), 10, 0.001, 1))
 	}
-	w, err := g.Walk(0)
+	w, err := g.Walk()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,17 +196,24 @@ func TestWalkStopAndReplace(t *testing.T) {
 		t.Fatalf("second Stop: %v", err)
 	}
 
-	first, _ := g.Walk(0)
-	second, _ := g.Walk(0)
+	first, _ := g.Walk()
+	second, _ := g.Walk()
 	if _, _, err := first.Next(nil, 4); !errors.Is(err, ErrWalkEnded) {
 		t.Fatalf("Next of a replaced walk: %v, want ErrWalkEnded", err)
 	}
 	if recs, done, err := second.Next(nil, 100); err != nil || !done || len(recs) != 10 {
 		t.Fatalf("the second walk: %d records, done %v, %v", len(recs), done, err)
 	}
+	open, err := g.Walk()
+	if err != nil {
+		t.Fatal(err)
+	}
 	g.Close()
-	if _, err := g.Walk(0); !errors.Is(err, ErrClosed) {
+	if _, err := g.Walk(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Walk after Close: %v", err)
+	}
+	if _, _, err := open.Next(nil, 4); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next of a walk begun before Close: %v, want ErrClosed", err)
 	}
 }
 
@@ -217,7 +228,7 @@ func TestWalkHandsOutAMovedBucketThatChangedSince(t *testing.T) {
 	l := bucket.Limit{Capacity: 10, Rate: 1}
 	runOne(t, c, acquire("a", l.Capacity, l.Rate, 5))
 	runOne(t, c, acquire("mover", l.Capacity, l.Rate, 1)) // 9 left: full again after 1 s
-	w, err := g.Walk(0)
+	w, err := g.Walk()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,5 +246,39 @@ func TestWalkHandsOutAMovedBucketThatChangedSince(t *testing.T) {
 	}
 	if len(rest) != 1 || rest[0].Key != "mover" {
 		t.Fatalf("second chunk %+v, want the moved bucket", rest)
+	}
+}
+
+// BenchmarkWalkChunk: the time a shard spends on one chunk of a walk
+// (1,024 entries, as a snapshot takes them) over a million buckets: the
+// pause that a request posted behind the chunk can see.
+func BenchmarkWalkChunk(b *testing.B) {
+	g := New(Config{Shards: 1, SweepInterval: time.Hour})
+	defer g.Close()
+	now := time.Now().UnixMicro()
+	recs := make([]Record, 0, 1_000_000)
+	for i := range cap(recs) {
+		recs = append(recs, Record{Key: fmt.Sprintf("k%015d", i), State: bucket.State{Last: now},
+			Limit: bucket.Limit{Capacity: 1e6, Rate: 1e-9}})
+	}
+	if _, err := g.Restore(recs); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]Record, 0, 1024)
+	var w *Walk
+	for b.Loop() {
+		var done bool
+		var err error
+		if w == nil {
+			if w, err = g.Walk(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if dst, done, err = w.Next(dst[:0], 1024); err != nil {
+			b.Fatal(err)
+		}
+		if done {
+			w = nil
+		}
 	}
 }

@@ -250,11 +250,16 @@ func (k *Keeper) Load(ctx context.Context) (l Loaded, err error) {
 const saveChunk = 1024
 
 // Save writes a snapshot of every live bucket and returns how many it
-// wrote. It streams: shard after shard, a chunk at a time, each written
-// before the next is taken, so the shards serve clients in between and
-// memory holds one chunk, never a copy of all buckets. A Save called while
-// another runs waits for it. Save runs flat out, as the final snapshot
-// does; the periodic ones are paced (see pace).
+// wrote. The snapshot is a cut (shard.Walk): every bucket as it was at
+// one point in every shard's order of work, so a transaction or a
+// TB.MACQUIRE group is in it for all its buckets or for none. It streams:
+// shard after shard, a chunk at a time, each written before the next is
+// taken, so the shards serve clients in between, and memory holds one
+// chunk and the copies the shards keep of buckets changed before the walk
+// reached them (until the next chunk takes them), never a copy of all
+// buckets. A Save called while another
+// runs waits for it. Save runs flat out, as the final snapshot does; the
+// periodic ones are paced (see pace).
 func (k *Keeper) Save() (int, error) { return k.save(nil) }
 
 // save is Save, paced until pacedUntil is closed (never paced when it is
@@ -267,9 +272,14 @@ func (k *Keeper) save(pacedUntil <-chan struct{}) (int, error) {
 	if write == nil {
 		write = Write
 	}
-	taken := time.Now()
-	src := &stream{g: k.Group, chunk: make([]shard.Record, 0, saveChunk), pacedUntil: pacedUntil}
-	defer src.stop()
+	taken := time.Now() // at or just before the cut: the age of what a crash loses is not understated
+	w, err := k.Group.Walk()
+	if err != nil {
+		k.failures.Add(1)
+		return 0, fmt.Errorf("snapshot: %w", err)
+	}
+	src := &stream{walk: w, chunk: make([]shard.Record, 0, saveChunk), pacedUntil: pacedUntil}
+	defer w.Stop() //nolint:errcheck // after the end it does nothing; it fails only once the group is closed, which ends the walk too
 	n, err := write(k.Path(), taken.UnixMicro(), src.next)
 	if err != nil {
 		k.failures.Add(1)
@@ -279,12 +289,10 @@ func (k *Keeper) save(pacedUntil <-chan struct{}) (int, error) {
 	return n, nil
 }
 
-// stream hands Write the live buckets of every shard, one shard after
-// the other, a chunk at a time (shard.Walk).
+// stream hands Write the buckets of a walk a chunk at a time.
 type stream struct {
-	g     *shard.Group
-	shard int         // the next shard to walk
-	walk  *shard.Walk // the shard being walked; nil between two shards
+	walk  *shard.Walk
+	done  bool // the walk has handed out its last chunk
 	chunk []shard.Record
 	pos   int // the next record of chunk to hand out
 
@@ -319,6 +327,9 @@ func (s *stream) pace() {
 
 func (s *stream) next() (shard.Record, bool, error) {
 	for s.pos == len(s.chunk) {
+		if s.done {
+			return shard.Record{}, false, nil
+		}
 		if s.pacedUntil != nil {
 			select {
 			case <-s.pacedUntil:
@@ -327,37 +338,15 @@ func (s *stream) next() (shard.Record, bool, error) {
 				s.pace()
 			}
 		}
-		if s.walk == nil {
-			if s.shard == s.g.Len() {
-				return shard.Record{}, false, nil
-			}
-			w, err := s.g.Walk(s.shard)
-			if err != nil {
-				return shard.Record{}, false, err
-			}
-			s.walk, s.shard = w, s.shard+1
-		}
-		var done bool
 		var err error
-		s.chunk, done, err = s.walk.Next(s.chunk[:0], saveChunk)
+		s.chunk, s.done, err = s.walk.Next(s.chunk[:0], saveChunk)
 		s.pos = 0
 		if err != nil {
 			return shard.Record{}, false, err
 		}
-		if done {
-			s.walk = nil
-		}
 	}
 	s.pos++
 	return s.chunk[s.pos-1], true, nil
-}
-
-// stop ends a walk that an error left unfinished, so its shard stops
-// keeping track of it.
-func (s *stream) stop() {
-	if s.walk != nil {
-		s.walk.Stop() //nolint:errcheck // fails only once the group is closed, which ends the walk too
-	}
 }
 
 // Run saves a snapshot every interval until ctx ends; failures are logged.
