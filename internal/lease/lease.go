@@ -24,8 +24,10 @@
 //     tokens given back) count only within the epoch of the record they
 //     were made under. A call whose reply never came leaves the instance
 //     not knowing what Redis did, so the instance drops the lease at once
-//     (Fail) and starts a new record at its next call, whose epoch makes
-//     Redis drop the old one as spent: an unknown outcome costs under-grant,
+//     (Fail) and starts its next lease under a new record (a new
+//     generation, Entry.Gen, so a new field of the Redis hash): a late
+//     call that Redis runs after the new record exists touches only the old
+//     one, which lapses unspent. An unknown outcome costs under-grant,
 //     never over-grant.
 //  3. A call with another limit (capacity or rate) than the lease's is never
 //     answered from it: the lease is given back and the call goes to Redis.
@@ -86,6 +88,9 @@ type Request struct {
 	Consumed float64 // tokens spent from the lease since the last report
 	Returned float64 // unspent lease tokens given back
 	Want     float64
+	// Gen is the record's generation: the instance's record for the key is
+	// the hash field named after the instance and Gen (rule 2).
+	Gen uint32
 }
 
 // Reply is what Redis answered a Request.
@@ -102,6 +107,7 @@ type Reply struct {
 type Entry struct {
 	Limit    bucket.Limit // the lease's limit; the calls it may answer
 	Epoch    int64        // the record's epoch; 0: no record known
+	Gen      uint32       // the record's generation: Fail moves to the next
 	Tokens   float64      // the tokens Redis counts as this instance's and it has not spent
 	Spent    float64      // spent since the last report
 	Deadline int64        // nothing is spent at or after this instant
@@ -141,6 +147,7 @@ const (
 // Fail). renew, with Local, says a renewal should be sent ahead of need:
 // call Renew for its Request.
 func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outcome, d bucket.Decision, req Request, renew bool) {
+	first := e.Last == 0
 	p.observe(e, cost, now)
 	switch {
 	case cost > l.Capacity:
@@ -155,7 +162,11 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 	case e.InFlight:
 		return Plain, bucket.Decision{}, Request{}, false
 	}
-	return Ask, bucket.Decision{}, p.request(e, l, cost, now), false
+	req = p.request(e, l, cost, now)
+	if first {
+		req.Want = 0 // a key's first call is a plain acquire: nothing stranded if it stays cold
+	}
+	return Ask, bucket.Decision{}, req, false
 }
 
 // Renew returns the lease call that renews e ahead of need (after Take
@@ -167,7 +178,7 @@ func (p Policy) Renew(e *Entry, now int64) Request { return p.request(e, e.Limit
 // answer (all of it under another limit, or past the deadline, when it can
 // no longer be spent), and asks for the size the demand calls for.
 func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Request {
-	r := Request{Limit: l, Cost: cost, Epoch: e.Epoch, Consumed: e.Spent}
+	r := Request{Limit: l, Cost: cost, Epoch: e.Epoch, Consumed: e.Spent, Gen: e.Gen}
 	usable := 0.0
 	if l == e.Limit && now < e.Deadline {
 		usable = e.Tokens
@@ -213,6 +224,7 @@ func (p Policy) Apply(e *Entry, r Reply, cost float64, now int64) {
 func (p Policy) Fail(e *Entry) {
 	e.InFlight = false
 	e.Epoch, e.Tokens, e.Spent, e.Deadline = 0, 0, 0, 0
+	e.Gen++
 }
 
 // GiveBack returns the call that gives the whole lease back (idle, or at
@@ -222,7 +234,7 @@ func (p Policy) GiveBack(e *Entry, now int64) (Request, bool) {
 	if e.InFlight || e.Epoch == 0 {
 		return Request{}, false
 	}
-	r := Request{Limit: e.Limit, Epoch: e.Epoch, Consumed: e.Spent, Returned: e.Tokens}
+	r := Request{Limit: e.Limit, Epoch: e.Epoch, Consumed: e.Spent, Returned: e.Tokens, Gen: e.Gen}
 	e.Tokens, e.Spent, e.Size = 0, 0, 0
 	e.InFlight, e.SentAt, e.sentLimit = true, now, e.Limit
 	return r, true

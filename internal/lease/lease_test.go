@@ -22,8 +22,8 @@ func TestColdKeyAsksForItsCostAndStrandsNothing(t *testing.T) {
 	if o != Ask || req.Cost != 1 || req.Epoch != 0 || req.Consumed != 0 || req.Returned != 0 {
 		t.Fatalf("first call: %v %+v, want Ask for its cost, no record", o, req)
 	}
-	if req.Want > 1 {
-		t.Fatalf("a key seen once asks to lease %v tokens, want at most 1 (its demand: one token)", req.Want)
+	if req.Want != 0 {
+		t.Fatalf("a key seen once asks to lease %v tokens, want 0 (its first call is a plain acquire)", req.Want)
 	}
 	if !e.InFlight {
 		t.Fatal("the call is not counted in flight")
@@ -183,5 +183,22 @@ func TestGiveBackReturnsTheWholeLease(t *testing.T) {
 	p.Apply(&e, Reply{Decision: bucket.Decision{Allowed: true}}, 0, 1_003_000+p.Idle)
 	if !p.Forgettable(&e, 1_002_000+2*p.Idle) {
 		t.Fatalf("after giving everything back and Idle unused: %+v, want forgettable", e)
+	}
+}
+
+func TestFailMovesToANewRecord(t *testing.T) {
+	p := DefaultPolicy
+	var e Entry
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(50), 1, 1_001_000)
+	p.Take(&e, lim, 1, 1_002_000)
+	req := p.Renew(&e, 1_002_000)
+	if req.Gen != 0 || req.Epoch != 7 {
+		t.Fatalf("renewal %+v, want generation 0 under epoch 7", req)
+	}
+	p.Fail(&e)
+	_, _, req, _ = p.Take(&e, lim, 1, 1_003_000)
+	if req.Gen != 1 || req.Epoch != 0 || req.Consumed != 0 || req.Returned != 0 {
+		t.Fatalf("the call after a failed one: %+v, want a new record (generation 1, no epoch, nothing reported)", req)
 	}
 }
