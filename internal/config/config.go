@@ -55,6 +55,11 @@ type Config struct {
 	StoreCluster      []string      // host:port seed nodes of a Redis Cluster; nil when unset
 	RedisTimeout      time.Duration // > 0; bounds every reply from Redis
 	OnRedisError      string        // "allow" or "deny"
+	// Lease mode (store mode only): see docs/leases.md.
+	Leases        bool
+	LeaseTarget   time.Duration // >= 1ms
+	LeaseMaxShare float64       // in (0, 1]
+	LeaseTTL      time.Duration // >= 100ms and >= 4 x RedisTimeout
 
 	MaxBuckets            int           // 0 means no limit
 	DataDir               string        // directory for snapshots; "" disables them
@@ -121,6 +126,9 @@ func defaults(shards int) Config {
 		ReplicateInterval: time.Second,
 		RedisTimeout:      50 * time.Millisecond,
 		OnRedisError:      "deny",
+		LeaseTarget:       time.Second,
+		LeaseMaxShare:     0.1,
+		LeaseTTL:          2 * time.Second,
 		SnapshotInterval:  time.Minute,
 		Policies:          map[string]policy.Policy{},
 		in:                inputs{defaultShards: shards},
@@ -376,6 +384,10 @@ func (c *Config) check() error {
 	case c.PProf && c.MetricsAddr == "":
 		return fmt.Errorf("%s needs metrics-addr: the profiles are served by the metrics server; give --metrics-addr host:port, or drop pprof",
 			c.from("pprof"))
+	case c.Leases && !c.StoreMode():
+		return fmt.Errorf("%s needs store mode: leases are of buckets Redis keeps; give --store or --store-cluster, or drop leases", c.from("leases"))
+	case c.Leases && c.LeaseTTL < 4*c.RedisTimeout:
+		return fmt.Errorf("%s must be at least four times redis-timeout (%s): an instance stops spending a lease a quarter of lease-ttl after it asked, so a reply that takes redis-timeout must leave some of it", c.from("lease-ttl"), c.RedisTimeout)
 	case c.StoreMode() && (c.DataDir != "" || c.MaxBuckets > 0):
 		return errors.New("--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags")
 	}

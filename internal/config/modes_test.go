@@ -3,7 +3,9 @@ package config
 import (
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 )
 
 const storeModeConflict = "--data-dir and --max-buckets apply to buckets kept in memory; in store mode (--store, --store-cluster) Redis keeps them: drop those flags"
@@ -82,6 +84,33 @@ func TestStoreMode(t *testing.T) {
 		}
 		if c.StoreMode() != tc.want {
 			t.Errorf("%q: StoreMode %v, want %v", tc.args, c.StoreMode(), tc.want)
+		}
+	}
+}
+
+// TestLeases: lease mode needs store mode, its settings are checked, and
+// its TTL must leave room for a reply that takes redis-timeout.
+func TestLeases(t *testing.T) {
+	c, err := Load([]string{"--store", "redis://127.0.0.1:6379", "--leases", "--lease-target", "200ms", "--lease-max-share", "0.25", "--lease-ttl", "3s"}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Leases || c.LeaseTarget != 200*time.Millisecond || c.LeaseMaxShare != 0.25 || c.LeaseTTL != 3*time.Second {
+		t.Fatalf("lease settings %v %v %v %v", c.Leases, c.LeaseTarget, c.LeaseMaxShare, c.LeaseTTL)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leases"}, "needs store mode"},
+		{[]string{"--store", "redis://127.0.0.1:6379", "--leases", "--lease-max-share", "0"}, "above 0 and at most 1"},
+		{[]string{"--store", "redis://127.0.0.1:6379", "--leases", "--lease-max-share", "1.5"}, "above 0 and at most 1"},
+		{[]string{"--store", "redis://127.0.0.1:6379", "--leases", "--lease-ttl", "50ms"}, "at least 100ms"},
+		{[]string{"--store", "redis://127.0.0.1:6379", "--leases", "--redis-timeout", "1s"}, "at least four times redis-timeout"},
+	} {
+		_, err := Load(tc.args, nil, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -145,6 +145,20 @@ var settings = []setting{
 	enum("on-redis-error", "allow|deny",
 		"what TB.ACQUIRE answers in store mode when Redis cannot answer in time: allow (fail open) or deny (fail closed)",
 		func(c *Config) *string { return &c.OnRedisError }, "allow", "deny"),
+	boolean("leases",
+		"in store mode, answer most calls from leases of tokens this instance holds from the Redis buckets, at memory speed, never granting more across instances than one bucket would",
+		func(c *Config) *bool { return &c.Leases }),
+	duration("lease-target", "duration",
+		"with leases, how much of a key's demand on this instance one lease covers: a longer target costs Redis fewer calls and leaves more unused in leases",
+		func(c *Config) *time.Duration { return &c.LeaseTarget },
+		func(d time.Duration) bool { return d >= time.Millisecond }, "use a duration of at least 1ms, such as 1s"),
+	fraction("lease-max-share", "fraction",
+		"with leases, the largest lease one instance holds of a bucket, as a share of its capacity",
+		func(c *Config) *float64 { return &c.LeaseMaxShare }),
+	duration("lease-ttl", "duration",
+		"with leases, how long Redis counts a lease after the call that last renewed it: a crashed instance's lease comes back after this; the instance stops spending a lease a quarter of it earlier",
+		func(c *Config) *time.Duration { return &c.LeaseTTL },
+		func(d time.Duration) bool { return d >= 100*time.Millisecond }, "use a duration of at least 100ms, such as 2s"),
 	integer("max-buckets", "n",
 		"most live buckets kept in memory; beyond it the buckets closest to full are evicted (an evicted bucket answers as full); 0 means no limit",
 		func(c *Config) *int { return &c.MaxBuckets }, 0, math.MaxInt, "use a whole number of buckets, or 0 for no limit"),
@@ -246,6 +260,22 @@ func duration(name, arg, usage string, field func(*Config) *time.Duration, ok fu
 			return nil
 		},
 		get: func(c *Config) string { return field(c).String() },
+	}
+}
+
+// fraction is a setting holding a number in (0, 1].
+func fraction(name, arg, usage string, field func(*Config) *float64) setting {
+	return setting{
+		name: name, arg: arg, usage: usage,
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || !(f > 0 && f <= 1) {
+				return errors.New("use a number above 0 and at most 1, such as 0.1")
+			}
+			*field(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*field(c), 'g', -1, 64) },
 	}
 }
 
