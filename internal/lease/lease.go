@@ -91,6 +91,10 @@ type Request struct {
 	// Gen is the record's generation: the instance's record for the key is
 	// the hash field named after the instance and Gen (rule 2).
 	Gen uint32
+	// Holding is what the instance counted as its own under the record
+	// when it sent the call (not sent: Redis knows its own count); the
+	// reply's Held less Holding is what the call leased.
+	Holding float64
 }
 
 // Reply is what Redis answered a Request.
@@ -187,6 +191,7 @@ func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Reque
 	}
 	e.Size = p.size(e, l)
 	r.Want = max(0, e.Size-usable)
+	r.Holding = usable
 	e.Spent = 0
 	e.InFlight, e.SentAt, e.sentLimit = true, now, l
 	return r

@@ -80,8 +80,6 @@ type counters struct {
 	leaseCalls atomic.Int64 // lease calls sent (a client's miss, a renewal, a give-back)
 	plainCalls atomic.Int64 // plain acquires sent (a miss while a lease call was out)
 	failed     atomic.Int64 // lease calls that got no reply: the lease was dropped
-	leased     atomic.Int64 // tokens leased, in millionths
-	returned   atomic.Int64 // tokens given back, in millionths
 }
 
 // New starts the shards in lease mode and the renewer.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"text/template"
 
+	"github.com/bucketd/bucketd/internal/leasestore"
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -36,6 +37,9 @@ func exportedSeries(t *testing.T) (exported, []*dto.MetricFamily) {
 	reg := prometheus.NewRegistry()
 	src := fakeSources(true)
 	src.Store = fakeStoreStats // every optional source: the union of the modes' series
+	src.Leases = func() leasestore.Stats {
+		return leasestore.Stats{FromLease: 9, FromRedis: 1, LeaseCalls: 2, Leased: 10, Leases: 1}
+	}
 	m, err := New(reg, src)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/leasestore"
 	"github.com/bucketd/bucketd/internal/redisstore"
 	"github.com/bucketd/bucketd/internal/replica"
 	"github.com/bucketd/bucketd/internal/resp"
@@ -47,6 +48,9 @@ type Sources struct {
 	// Store returns the Redis store's failure counters, normally
 	// (*redisstore.Store).RedisStats; nil outside store mode.
 	Store func() redisstore.RedisStats
+	// Leases returns lease mode's figures, normally
+	// (*leasestore.Store).LeaseStats; nil outside lease mode.
+	Leases func() leasestore.Stats
 }
 
 // durationBuckets are the upper bounds, in seconds, of the
@@ -136,7 +140,8 @@ type collector struct {
 
 	snapLastSuccess, snapFailures *prometheus.Desc
 
-	storeErrors, storePolicy, storeScriptLoads *prometheus.Desc
+	storeErrors, storePolicy, storeScriptLoads      *prometheus.Desc
+	leaseDecisions, leaseCalls, leaseTokens, leases *prometheus.Desc
 }
 
 func newCollector(src Sources) (*collector, error) {
@@ -190,6 +195,11 @@ func newCollector(src Sources) (*collector, error) {
 		storePolicy: desc("store_policy_answers_total",
 			"Store mode: TB.ACQUIRE and TB.PEEK calls answered by --on-redis-error (policy allow or deny) because Redis did not answer.", "command", "policy"),
 		storeScriptLoads: desc("store_script_loads_total", "Store mode: times the script was sent again (EVAL) after Redis answered NOSCRIPT, as after a restart or failover."),
+
+		leaseDecisions: desc("lease_decisions_total", "Lease mode: client decisions by where they were made: lease (this instance, from a lease or a standing denial) or redis.", "source"),
+		leaseCalls:     desc("lease_redis_calls_total", "Lease mode: calls sent to Redis for leases, by kind: lease (a miss, a renewal or a give-back), plain (an acquire that takes no lease), failed (lease calls that got no reply: their lease was dropped).", "kind"),
+		leaseTokens:    desc("lease_tokens_total", "Lease mode: tokens moved by leases, by kind: leased (granted into a lease), returned (given back unspent), dropped (given up without a reply; Redis lets them lapse).", "kind"),
+		leases:         desc("leases", "Lease mode: keys for which this instance holds a lease now."),
 	}, nil
 }
 
@@ -222,6 +232,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.storeErrors
 		ch <- c.storePolicy
 		ch <- c.storeScriptLoads
+	}
+	if c.src.Leases != nil {
+		ch <- c.leaseDecisions
+		ch <- c.leaseCalls
+		ch <- c.leaseTokens
+		ch <- c.leases
 	}
 }
 
@@ -292,6 +308,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Store != nil {
 		c.collectStore(c.src.Store(), counter)
 	}
+	if c.src.Leases != nil {
+		c.collectLeases(c.src.Leases(), counter, gauge)
+	}
+}
+
+// collectLeases sends lease mode's series, every label value from the
+// start.
+func (c *collector) collectLeases(st leasestore.Stats, counter, gauge func(*prometheus.Desc, float64, ...string)) {
+	counter(c.leaseDecisions, float64(st.FromLease), "lease")
+	counter(c.leaseDecisions, float64(st.FromRedis), "redis")
+	counter(c.leaseCalls, float64(st.LeaseCalls), "lease")
+	counter(c.leaseCalls, float64(st.PlainCalls), "plain")
+	counter(c.leaseCalls, float64(st.FailedCalls), "failed")
+	counter(c.leaseTokens, st.Leased, "leased")
+	counter(c.leaseTokens, st.Returned, "returned")
+	counter(c.leaseTokens, st.Dropped, "dropped")
+	gauge(c.leases, float64(st.Leases))
 }
 
 // collectDecisions sends the decisions by policy: allowed and denied for

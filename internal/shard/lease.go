@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"sync/atomic"
+
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/lease"
@@ -26,20 +28,45 @@ type LeaseConfig struct {
 	Outbox func(key string, limit bucket.Limit, r lease.Request) bool
 }
 
+// MaxLeaseEntries bounds a shard's lease entries: a client that sends ever
+// new keys would otherwise make them grow for as long as an entry is kept
+// (lease.Policy.Idle). A key beyond the bound is sent to Redis as a plain
+// acquire, as store mode sends it.
+const MaxLeaseEntries = 1 << 16
+
 // leases is a shard's lease entries; nil outside lease mode.
 type leases struct {
 	cfg LeaseConfig
 	m   map[string]*lease.Entry
+	// peak is the most entries m has held since it was last made anew: a
+	// Go map never shrinks, and the sweep walks its empty slots too.
+	peak int
 }
 
+// LeaseCounts are the tokens a shard's leases moved, in millionths of a
+// token so that they add up exactly.
+type LeaseCounts struct {
+	Leased   atomic.Int64 // granted by Redis into a lease
+	Returned atomic.Int64 // reported back to Redis unspent
+	Dropped  atomic.Int64 // given up without a reply (a failed call): Redis lets them lapse
+}
+
+// micro is tokens in millionths, for LeaseCounts.
+func micro(tokens float64) int64 { return int64(tokens * 1e6) }
+
 // leaseEntry returns o's entry, making one for a key seen for the first
-// time (it then records the key's demand).
+// time (it then records the key's demand); nil when the shard holds
+// MaxLeaseEntries already.
 func (s *shard) leaseEntry(o *op) *lease.Entry {
 	if e, ok := s.leases.m[string(o.Key)]; ok {
 		return e
 	}
+	if len(s.leases.m) >= MaxLeaseEntries {
+		return nil
+	}
 	e := new(lease.Entry)
 	s.leases.m[string(o.Key)] = e
+	s.leases.peak = max(s.leases.peak, len(s.leases.m))
 	return e
 }
 
@@ -62,6 +89,10 @@ func (s *shard) recount(had bool, e *lease.Entry) {
 // Redis must answer; a local answer is counted here as a decision.
 func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 	e := s.leaseEntry(o)
+	if e == nil {
+		o.Lease.Outcome = lease.Plain
+		return decide.Answer{}
+	}
 	had := held(e)
 	defer s.recount(had, e)
 	p := &s.leases.cfg.Policy
@@ -71,8 +102,10 @@ func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 		return decide.Answer{}
 	}
 	n.decided(d.Allowed)
-	if renew && !s.leases.cfg.Outbox(string(o.Key), e.Limit, p.Renew(e, now)) {
-		p.Fail(e)
+	if renew {
+		if r := p.Renew(e, now); !s.leases.cfg.Outbox(string(o.Key), e.Limit, r) {
+			s.leaseDrop(e, r.Returned)
+		}
 	}
 	return decide.Answer{Decision: d}
 }
@@ -83,6 +116,11 @@ func (s *shard) leaseApply(o *op, now int64) decide.Answer {
 		had := held(e)
 		s.leases.cfg.Policy.Apply(e, o.Lease.Reply, o.Cost, now)
 		s.recount(had, e)
+		call, r := &o.Lease.Call, &o.Lease.Reply
+		if r.Epoch != 0 && r.Held > call.Holding {
+			s.leaseTokens.Leased.Add(micro(r.Held - call.Holding))
+		}
+		s.leaseTokens.Returned.Add(micro(call.Returned))
 	}
 	return decide.Answer{}
 }
@@ -90,11 +128,18 @@ func (s *shard) leaseApply(o *op, now int64) decide.Answer {
 // leaseFail takes in that the entry's call in flight got no reply.
 func (s *shard) leaseFail(o *op) decide.Answer {
 	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
-		had := held(e)
-		s.leases.cfg.Policy.Fail(e)
-		s.recount(had, e)
+		s.leaseDrop(e, o.Lease.Call.Returned)
 	}
 	return decide.Answer{}
+}
+
+// leaseDrop gives e's lease up without a reply (lease rule 2): what it
+// held, and what a call out gave back, lapse in Redis.
+func (s *shard) leaseDrop(e *lease.Entry, givenBack float64) {
+	had := held(e)
+	s.leaseTokens.Dropped.Add(micro(e.Tokens + givenBack))
+	s.leases.cfg.Policy.Fail(e)
+	s.recount(had, e)
 }
 
 // leaseReset ends the denial the entry remembers: the bucket was reset in
@@ -121,11 +166,16 @@ func (s *shard) leaseSweep(now int64, budget int) {
 			delete(s.leases.m, key)
 		case p.Unused(e, now):
 			if r, ok := p.GiveBack(e, now); ok && !s.leases.cfg.Outbox(key, e.Limit, r) {
-				had := held(e)
-				p.Fail(e)
-				s.recount(had, e)
+				s.leaseDrop(e, r.Returned)
 			}
 		}
+	}
+	if n := len(s.leases.m); s.leases.peak > 1024 && n < s.leases.peak/4 {
+		m := make(map[string]*lease.Entry, n)
+		for k, e := range s.leases.m {
+			m[k] = e
+		}
+		s.leases.m, s.leases.peak = m, n
 	}
 }
 
@@ -145,9 +195,7 @@ func (g *Group) GiveBackAll() (int, error) {
 				case s.leases.cfg.Outbox(key, e.Limit, r):
 					n++
 				default:
-					had := held(e)
-					s.leases.cfg.Policy.Fail(e)
-					s.recount(had, e)
+					s.leaseDrop(e, r.Returned)
 				}
 			}
 		})
@@ -166,4 +214,14 @@ func (g *Group) Leases() int64 {
 		n += s.leaseCount.Load()
 	}
 	return n
+}
+
+// LeaseTokens sums the tokens the shards' leases moved, in tokens.
+func (g *Group) LeaseTokens() (leased, returned, dropped float64) {
+	for _, s := range g.shards {
+		leased += float64(s.leaseTokens.Leased.Load()) / 1e6
+		returned += float64(s.leaseTokens.Returned.Load()) / 1e6
+		dropped += float64(s.leaseTokens.Dropped.Load()) / 1e6
+	}
+	return leased, returned, dropped
 }

@@ -51,8 +51,9 @@ type shard struct {
 	// handed the entry out; each cut flips it (walk.go).
 	phase bool
 
-	leases     *leases      // lease mode's entries (lease.go); nil in the other modes
-	leaseCount atomic.Int64 // entries holding a lease
+	leases      *leases      // lease mode's entries (lease.go); nil in the other modes
+	leaseCount  atomic.Int64 // entries holding a lease
+	leaseTokens LeaseCounts  // the tokens its leases moved
 
 	// last is the latest instant the shard has worked at: tick never
 	// returns an earlier one, so a bucket deleted at one instant is never
