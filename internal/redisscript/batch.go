@@ -98,7 +98,7 @@ var (
 	scriptSrc   = bucket.Script
 	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del", AcquireAll: "acquireall",
 		Lease: "lease", LeaseReset: "reset"}
-	numKeys     = func() []string {
+	numKeys = func() []string {
 		n := make([]string, BatchKeys+1)
 		for i := range n {
 			n[i] = strconv.Itoa(i)
