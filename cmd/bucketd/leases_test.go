@@ -207,18 +207,67 @@ func burstFor(t *testing.T, addrs []string, key string, capacity, rate float64, 
 	return g
 }
 
-// TestLeasesIdleThenBurst: instances take leases, go idle long enough for
-// the Redis bucket to refill, then burst: the leases are not spent on top
-// of a full bucket (the burst of twice the capacity a naive design gives).
+// warmLeases has one connection to each address ask TB.ACQUIRE key every
+// interval, n times, below the rate: the bucket never runs dry, so each
+// instance's lease fills up to its size (--lease-max-share of capacity
+// with a long --lease-target) and stays held when the calls stop.
+func warmLeases(t *testing.T, addrs []string, key string, capacity, rate float64, n int, interval time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: a})
+			defer c.Close()
+			for range n {
+				if err := c.Do(context.Background(), "TB.ACQUIRE", key, fmt.Sprint(capacity), fmt.Sprint(rate)).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(interval) // pacing below the rate is the point
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// leasesHeld is what the lease records of key hold in Redis, summed.
+func leasesHeld(t *testing.T, rs *redistest.Server, key string) float64 {
+	t.Helper()
+	m, err := rs.Client().HGetAll(context.Background(), "tb:"+key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for f, v := range m {
+		var epoch, expiry int64
+		var held float64
+		if strings.HasPrefix(f, "l:") {
+			fmt.Sscan(v, &epoch, &held, &expiry)
+			sum += held
+		}
+	}
+	return sum
+}
+
+// TestLeasesIdleThenBurst: instances fill their leases, go idle long
+// enough for the Redis bucket to refill, then burst: the leases are not
+// spent on top of a full bucket (the burst of twice the capacity a naive
+// design gives).
 func TestLeasesIdleThenBurst(t *testing.T) {
 	rs := redistest.Start(t)
 	const capacity, rate = 100.0, 500.0 // refills in 200 ms
-	flags := leaseFlags("redis://"+rs.Addr, false, "--lease-ttl", "4s", "--lease-max-share", "0.5")
+	flags := leaseFlags("redis://"+rs.Addr, false, "--lease-ttl", "4s", "--lease-target", "2s", "--lease-max-share", "0.4")
 	addrs := []string{startPlainBinary(t, flags...).addr, startPlainBinary(t, flags...).addr, startPlainBinary(t, flags...).addr}
-	warm := burstFor(t, addrs, "idle", capacity, rate, 500*time.Millisecond)
+	warmLeases(t, addrs, "idle", capacity, rate, 30, 10*time.Millisecond)
+	held := leasesHeld(t, rs, "idle")
 	time.Sleep(400 * time.Millisecond) // idle: the bucket refills; the leases (kept 2 s unused) stay
 	g := burstFor(t, addrs, "idle", capacity, rate, 200*time.Millisecond)
-	t.Logf("warm-up granted %d; the burst after the idle time %d", len(warm.all), len(g.all))
+	t.Logf("leases held %.1f tokens after the warm-up; the burst after the idle time was granted %d", held, len(g.all))
+	if held < capacity/2 {
+		t.Fatalf("the warm-up left %.1f tokens in leases: the test needs most of the capacity leased", held)
+	}
 	checkWindows(t, g, capacity, rate)
 }
 
@@ -227,19 +276,33 @@ func TestLeasesIdleThenBurst(t *testing.T) {
 func TestLeasesResetWithLeasesOut(t *testing.T) {
 	rs := redistest.Start(t)
 	const capacity, rate = 100.0, 10.0
-	flags := leaseFlags("redis://"+rs.Addr, false, "--lease-max-share", "0.5")
+	flags := leaseFlags("redis://"+rs.Addr, false, "--lease-target", "2s", "--lease-max-share", "0.5")
 	a, b := startPlainBinary(t, flags...), startPlainBinary(t, flags...)
-	burstFor(t, []string{a.addr, b.addr}, "reset", capacity, rate, 300*time.Millisecond) // both take leases
-	if _, err := a.client(t).Do(context.Background(), "TB.RESET", "reset").Result(); err != nil {
+	// A call of cost 20 makes a key's demand on an instance large enough
+	// for a lease of --lease-max-share; the call after it takes that lease
+	// (a key's first call is a plain acquire). Both instances then hold
+	// leases they have not spent.
+	ctx := context.Background()
+	ca, cb := a.client(t), b.client(t)
+	for _, call := range []struct {
+		c    *redis.Client
+		cost string
+	}{{ca, "20"}, {cb, "20"}, {ca, "1"}, {cb, "1"}} {
+		if err := call.c.Do(ctx, "TB.ACQUIRE", "reset", "100", "10", call.cost).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := leasesHeld(t, rs, "reset")
+	if _, err := ca.Do(ctx, "TB.RESET", "reset").Result(); err != nil {
 		t.Fatal(err)
 	}
 	g := burstFor(t, []string{a.addr, b.addr}, "reset", capacity, rate, time.Second)
-	most, bound := g.windowed(2*time.Second, capacity, rate)
-	t.Logf("after TB.RESET, %d grants in 1 s (bound %.1f)", most, bound)
+	most, bound := g.windowed(1100*time.Millisecond, capacity, rate)
+	t.Logf("leases held %.1f tokens at the reset; after TB.RESET, %d grants in 1 s (bound %.1f)", held, most, bound)
+	if held < capacity/2 {
+		t.Fatalf("the leases held %.1f tokens at the reset: the test needs half of the capacity leased or more", held)
+	}
 	if float64(most) > bound {
 		t.Errorf("after TB.RESET, %d grants in 1 s: more than capacity + rate*w = %.1f", most, bound)
-	}
-	if most < int(capacity)/2 {
-		t.Errorf("after TB.RESET, %d grants: the reset did not make the bucket full again", most)
 	}
 }
