@@ -95,9 +95,9 @@ func init() {
 			{upper: "GETREDIR", arity: 2, run: cmdClientGetRedir},
 			{upper: "NO-EVICT", arity: 3, run: cmdClientOnOff},
 			{upper: "NO-TOUCH", arity: 3, run: cmdClientOnOff},
-			{upper: "LIST", arity: -2, run: cmdClientList},
+			{upper: "LIST", arity: -2, flags: []string{"admin"}, run: cmdClientList},
 			{upper: "INFO", arity: 2, run: cmdClientInfo},
-			{upper: "KILL", arity: -3, run: cmdClientKill},
+			{upper: "KILL", arity: -3, flags: []string{"admin"}, run: cmdClientKill},
 			{upper: "HELP", arity: 2, run: cmdClientHelp},
 		}},
 		// The subcommands of COMMAND ignore extra arguments (no FILTERBY).
