@@ -65,8 +65,10 @@ type Stream interface {
 func (c *Conn) Stream(st Stream) { c.stream = st }
 
 // streamOut writes c's stream until it ends, the client closes or the
-// server drains c. A goroutine of its own reads (and drops) what the
-// client sends, so that its leaving ends the stream; it is awaited.
+// server drains c (CLIENT KILL, shutdown). A goroutine of its own reads
+// (and drops) what the client sends, so that its leaving, QUIT or a drain
+// ends the stream and closes the socket, which ends a write blocked on a
+// client that does not read; it is awaited.
 func (s *Server) streamOut(c *Conn) {
 	st := c.stream
 	c.idle = 0
@@ -74,6 +76,7 @@ func (s *Server) streamOut(c *Conn) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer c.raw.Close() //nolint:errcheck // ends a write blocked on a client that does not read
 		defer st.Close()
 		for {
 			cmds, err := c.r.ReadCommands()

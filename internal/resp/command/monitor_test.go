@@ -148,3 +148,38 @@ func heapAfterGC() int64 {
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapAlloc)
 }
+
+// TestKillingAStuckMonitor: CLIENT KILL closes a monitor at once even
+// while its connection's write waits on a client that reads nothing.
+func TestKillingAStuckMonitor(t *testing.T) {
+	ts := startServer(t, nil) // the default limits: 32 MiB, far above what is sent
+	m := ts.Dial(t)
+	m.Do(t, "MONITOR")
+	p := ts.Dial(t)
+	p.SetDeadline(time.Now().Add(60 * time.Second))
+	key := strings.Repeat("k", 1000)
+	var batch string
+	for range 100 {
+		batch += testkit.Command("TB.PEEK", key, "1", "1")
+	}
+	for range 80 { // 8 MB of lines: more than the socket buffers hold
+		p.Send(t, batch)
+		for range 100 {
+			p.Reply(t)
+		}
+	}
+	start := time.Now()
+	if got := p.Do(t, "CLIENT", "KILL", "ADDR", m.LocalAddr().String()); got != ":1\r\n" {
+		t.Fatalf("CLIENT KILL ADDR of the monitor: %q", got)
+	}
+	m.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, m); err != nil {
+		t.Errorf("the killed monitor: %v, want its connection closed", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the killed monitor took %v to close", took)
+	}
+	if ts.Server.Stats().OutputLimitDisconnections[resp.PubSubClient] != 0 {
+		t.Errorf("a killed monitor was counted as over its output limit")
+	}
+}
