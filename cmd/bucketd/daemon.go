@@ -90,8 +90,15 @@ func newDaemon(cfg config.Config, tlsConf *tls.Config, md mode, rl *reloader, lo
 	}
 	rl.cmds, rl.decisions = d.cmds, policyDecisions(d.cmds)
 	d.cmds.SetPolicies(cfg.Policies)
+	setSlowlog(d.cmds, cfg)
 	rl.markUse()
 	return d, nil
+}
+
+// setSlowlog applies slowlog-log-slower-than and slowlog-max-len, at
+// start and on reload.
+func setSlowlog(cmds *command.Engine, cfg config.Config) {
+	cmds.SetSlowlog(time.Duration(cfg.SlowlogLogSlowerThan)*time.Microsecond, cfg.SlowlogMaxLen)
 }
 
 // outputLimits are the client-output-buffer-limit classes of l as the

@@ -73,7 +73,7 @@ func (r *reloader) reload() error {
 }
 
 // apply reads the config file and the environment again and applies what
-// changes live (policies, the log level), logging the outcome. It returns
+// changes live (policies, the log level, the slowlog settings), logging the outcome. It returns
 // the names of the changed settings that take effect only after a restart,
 // in --help order (nil when there are none), so that a caller such as
 // CONFIG RELOAD can tell the operator; on error nothing changed and the
@@ -92,6 +92,7 @@ func (r *reloader) apply() (restart []string, err error) {
 	}
 	r.warnRemoved(next)
 	r.cmds.SetPolicies(next.Policies)
+	setSlowlog(r.cmds, next)
 	r.level.Set(next.LogLevel)
 	r.current = next
 	r.markUse()

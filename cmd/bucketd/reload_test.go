@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,4 +264,55 @@ func TestReloadListsSettingsThatNeedARestart(t *testing.T) {
 	if restart, err = rl.apply(); err == nil || restart != nil {
 		t.Errorf("broken file: %v, %v; want an error and no list", restart, err)
 	}
+}
+
+// TestSlowlogSettingsReloadLive: slowlog-log-slower-than and
+// slowlog-max-len come from the file, CONFIG GET shows them, and a reload
+// (CONFIG RELOAD, and SIGHUP) applies new values at once: the log starts
+// taking every command, and keeps at most the new length.
+func TestSlowlogSettingsReloadLive(t *testing.T) {
+	file := writeConfig(t, apiPolicy+"slowlog-log-slower-than: -1\nslowlog-max-len: 5\n")
+	p := startBinary(t, "--config", file)
+	c := p.client(t)
+	ctx := context.Background()
+	get := func() map[string]string {
+		t.Helper()
+		m, err := c.ConfigGet(ctx, "slowlog*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := get(); m["slowlog-log-slower-than"] != "-1" || m["slowlog-max-len"] != "5" {
+		t.Fatalf("CONFIG GET at start: %v", m)
+	}
+	for range 3 {
+		c.Ping(ctx)
+	}
+	if n, _ := c.Do(ctx, "SLOWLOG", "LEN").Int(); n != 0 {
+		t.Fatalf("SLOWLOG LEN %d with the log off", n)
+	}
+	rewrite := func(content string) {
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(apiPolicy + "slowlog-log-slower-than: 0\nslowlog-max-len: 2\n")
+	if err := c.Do(ctx, "CONFIG", "RELOAD").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		c.Ping(ctx)
+	}
+	if n, _ := c.Do(ctx, "SLOWLOG", "LEN").Int(); n != 2 {
+		t.Errorf("SLOWLOG LEN %d after the reload, want max-len 2", n)
+	}
+	rewrite(apiPolicy + "slowlog-log-slower-than: 123\nslowlog-max-len: 7\n")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "SIGHUP to apply the slowlog settings", func() bool {
+		m := get()
+		return m["slowlog-log-slower-than"] == "123" && m["slowlog-max-len"] == "7"
+	})
 }

@@ -71,6 +71,14 @@ type Config struct {
 	// file itself may set it.
 	ReloadAllowEmpty bool
 
+	// SlowlogLogSlowerThan is the least time, in microseconds, a command
+	// takes to enter SLOWLOG: 0 logs every command, -1 none. Applies live
+	// on reload.
+	SlowlogLogSlowerThan int
+	// SlowlogMaxLen is how many SLOWLOG entries are kept, the newest;
+	// 0..MaxSlowlogLen. Applies live on reload.
+	SlowlogMaxLen int
+
 	// Policies maps a policy name to its limits; empty (not nil) when the
 	// file names none. Applies live on reload.
 	Policies map[string]policy.Policy
@@ -106,17 +114,19 @@ func Default() Config {
 
 func defaults(shards int) Config {
 	return Config{
-		Addr:            "127.0.0.1:6380",
-		Shards:          shards,
-		MaxKeyBytes:     1024,
-		MaxQueryBytes:   64 << 20,
-		MaxArgs:         1 << 20,
-		ShutdownTimeout: 10 * time.Second,
-		LogLevel:        slog.LevelInfo,
-		LogFormat:       "text",
-		MetricsAddr:     "127.0.0.1:9380",
-		ProtectedMode:   true,
-		MaxClients:      10000,
+		Addr:                 "127.0.0.1:6380",
+		Shards:               shards,
+		MaxKeyBytes:          1024,
+		MaxQueryBytes:        64 << 20,
+		MaxArgs:              1 << 20,
+		ShutdownTimeout:      10 * time.Second,
+		LogLevel:             slog.LevelInfo,
+		SlowlogLogSlowerThan: 10000,
+		SlowlogMaxLen:        128,
+		LogFormat:            "text",
+		MetricsAddr:          "127.0.0.1:9380",
+		ProtectedMode:        true,
+		MaxClients:           10000,
 		OutputBufferLimits: OutputBufferLimits{
 			Normal: OutputBufferLimit{HardBytes: 32 << 20, SoftBytes: 8 << 20, SoftSeconds: 60},
 			PubSub: OutputBufferLimit{HardBytes: 32 << 20, SoftBytes: 8 << 20, SoftSeconds: 60},
@@ -238,11 +248,12 @@ func (c Config) Reload(getenv func(string) string) (next Config, restart []strin
 	next.LogLevel = n.LogLevel
 	next.Policies = n.Policies
 	next.ReloadAllowEmpty = n.ReloadAllowEmpty
+	next.SlowlogLogSlowerThan, next.SlowlogMaxLen = n.SlowlogLogSlowerThan, n.SlowlogMaxLen
 	next.sources = maps.Clone(c.sources)
 	if next.sources == nil {
 		next.sources = map[string]string{}
 	}
-	for _, name := range []string{"log-level", "policies", "reload-allow-empty"} {
+	for _, name := range []string{"log-level", "policies", "reload-allow-empty", "slowlog-log-slower-than", "slowlog-max-len"} {
 		if v, ok := n.sources[name]; ok {
 			next.sources[name] = v
 		} else {

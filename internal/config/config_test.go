@@ -84,6 +84,8 @@ func TestDefaults(t *testing.T) {
 		"snapshot-interval":          "1m0s",
 		"ignore-corrupt-snapshot":    "false",
 		"reload-allow-empty":         "false",
+		"slowlog-log-slower-than":    "10000",
+		"slowlog-max-len":            "128",
 	}
 	got := dump(c)
 	if len(got) != len(want) {
@@ -259,6 +261,8 @@ func TestErrors(t *testing.T) {
 		{name: "log-level", args: []string{"--log-level", "loud"}, want: `--log-level "loud": use debug, info, warn or error`},
 		{name: "log-level offset", env: map[string]string{"BUCKETD_LOG_LEVEL": "INFO+2"}, want: `BUCKETD_LOG_LEVEL="INFO+2": use debug, info, warn or error`},
 		{name: "log-format", args: []string{"--log-format", "xml"}, want: `--log-format "xml": use text or json`},
+		{name: "slowlog-log-slower-than", args: []string{"--slowlog-log-slower-than", "-2"}, want: `--slowlog-log-slower-than "-2": use a whole number of microseconds, 0 for every command, or -1 for none`},
+		{name: "slowlog-max-len", env: map[string]string{"BUCKETD_SLOWLOG_MAX_LEN": "65537"}, want: `BUCKETD_SLOWLOG_MAX_LEN="65537": use a whole number from 0 to 65536`},
 		{name: "addr", args: []string{"--addr", "6380"}, want: `--addr "6380": use host:port, such as 127.0.0.1:6380`},
 		{name: "addr empty", args: []string{"--addr="}, want: `--addr "": use host:port, such as 127.0.0.1:6380`},
 		{name: "addr port", file: "addr: 127.0.0.1:70000", want: `{file}:1: addr "127.0.0.1:70000": use host:port, such as 127.0.0.1:6380`},
@@ -499,6 +503,21 @@ func TestReload(t *testing.T) {
 		}
 		if next, _, err := c.Reload(nil); err == nil || next.Policies["api"].Limits[0].Capacity != 10 {
 			t.Errorf("missing file: err %v, policies %v", err, next.Policies)
+		}
+	})
+	t.Run("slowlog settings apply live", func(t *testing.T) {
+		file := writeFile(t, base)
+		c := mustLoad(t, []string{"--config", file}, nil)
+		rewrite(t, file, base+"slowlog-log-slower-than: -1\nslowlog-max-len: 5\n")
+		next, restart, err := c.Reload(nil)
+		if err != nil || len(restart) != 0 {
+			t.Fatalf("restart %q, err %v", restart, err)
+		}
+		if next.SlowlogLogSlowerThan != -1 || next.SlowlogMaxLen != 5 {
+			t.Errorf("slowlog = %d, %d; want -1, 5", next.SlowlogLogSlowerThan, next.SlowlogMaxLen)
+		}
+		if got := next.sources["slowlog-max-len"]; !strings.Contains(got, file) {
+			t.Errorf("source of slowlog-max-len = %q, want the file", got)
 		}
 	})
 	t.Run("restart-only change", func(t *testing.T) {

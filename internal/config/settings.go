@@ -175,7 +175,19 @@ var settings = []setting{
 	live(boolean("reload-allow-empty",
 		"let a reload apply a config file that names no policies, or whose last line has no newline, though it removes policies in force; without it such a file, which is what a reload meets in the middle of a non-atomic rewrite, is refused; may be set in that file itself",
 		func(c *Config) *bool { return &c.ReloadAllowEmpty })),
+	live(integer("slowlog-log-slower-than", "microseconds",
+		"least time a command takes to enter SLOWLOG, in microseconds; 0 logs every command, -1 none; a reload applies it at once",
+		func(c *Config) *int { return &c.SlowlogLogSlowerThan }, -1, math.MaxInt,
+		"use a whole number of microseconds, 0 for every command, or -1 for none")),
+	live(integer("slowlog-max-len", "n",
+		"how many SLOWLOG entries are kept, the newest (each holds at most 32 arguments of 128 bytes); a reload applies it at once",
+		func(c *Config) *int { return &c.SlowlogMaxLen }, 0, MaxSlowlogLen,
+		"use a whole number from 0 to "+strconv.Itoa(MaxSlowlogLen))),
 }
+
+// MaxSlowlogLen bounds slowlog-max-len: an entry holds at most about
+// 5 KiB, so the log at most about 320 MiB.
+const MaxSlowlogLen = 65536
 
 // live marks s as applied by a reload.
 func live(s setting) setting {

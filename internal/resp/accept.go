@@ -126,7 +126,7 @@ func (s *Server) admit(c net.Conn) *Conn {
 		s.refuse(c, reply)
 		return nil
 	}
-	conn := &Conn{s: s, sock: c, raw: c, idle: s.cfg.IdleTimeout, created: time.Now()}
+	conn := &Conn{s: s, sock: c, raw: c, idle: s.cfg.IdleTimeout, created: time.Now(), fd: socketFD(c)}
 	if a := c.RemoteAddr(); a != nil {
 		conn.remote = a.String()
 	}

@@ -25,6 +25,8 @@ type Conn struct {
 	remote  string
 	local   string
 	created time.Time
+	fd      int    // the socket's descriptor number, for CLIENT LIST
+	stream  Stream // set by Stream: written once the batch is answered
 
 	draining atomic.Bool   // shutdown: stop reading, let the batch in hand finish
 	idle     time.Duration // close after this long without input; 0 never
@@ -129,6 +131,10 @@ func (s *Server) serve(c *Conn) {
 			return
 		}
 		if err := c.flush(); err != nil || !more {
+			return
+		}
+		if c.stream != nil {
+			s.streamOut(c)
 			return
 		}
 	}

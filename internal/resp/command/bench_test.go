@@ -3,6 +3,7 @@ package command
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
@@ -59,6 +60,13 @@ func (c *bufConn) Writer() *wire.Writer            { return &c.w }
 func (c *bufConn) Server() *resp.Server            { return c.srv }
 func (c *bufConn) SetLimits(wire.Limits)           {} // no Reader: the tests hand the session its commands
 func (c *bufConn) SetOutputClass(resp.OutputClass) {}
+func (c *bufConn) RemoteAddr() string              { return "127.0.0.1:1" }
+func (c *bufConn) LocalAddr() string               { return "127.0.0.1:6380" }
+func (c *bufConn) Created() time.Time              { return time.Time{} }
+func (c *bufConn) FD() int                         { return -1 }
+func (c *bufConn) Kill()                           {}
+func (c *bufConn) Abort()                          {}
+func (c *bufConn) Stream(resp.Stream)              {}
 
 // handle runs cmd and then c.rest as one batch, what one read hands a
 // session, and appends the replies to c.out.

@@ -86,7 +86,7 @@ func cmdHello(s *session, args [][]byte) *errorReply {
 	}
 	s.authenticate()
 	if name != nil {
-		s.name = append(s.name[:0], name...)
+		s.setName(name)
 	}
 	if version != 0 {
 		s.w.SetRESP3(version == 3)
@@ -158,7 +158,7 @@ func cmdClientSetName(s *session, args [][]byte) *errorReply {
 	if !validClientName(args[2]) {
 		return errClientName
 	}
-	s.name = append(s.name[:0], args[2]...)
+	s.setName(args[2])
 	s.w.String("OK")
 	return nil
 }
@@ -177,12 +177,25 @@ func cmdClientID(s *session, args [][]byte) *errorReply {
 	return nil
 }
 
-// cmdClientSetInfo accepts the library name and version clients send at
-// connection time, and keeps neither.
+// cmdClientSetInfo keeps the library name and version clients send at
+// connection time, which CLIENT LIST shows; a value must be printable
+// ASCII without spaces, as in Redis.
 func cmdClientSetInfo(s *session, args [][]byte) *errorReply {
-	if !wire.EqualFold(args[2], "LIB-NAME") && !wire.EqualFold(args[2], "LIB-VER") {
+	var dst *[]byte
+	switch {
+	case wire.EqualFold(args[2], "LIB-NAME"):
+		dst = &s.pub.libName
+	case wire.EqualFold(args[2], "LIB-VER"):
+		dst = &s.pub.libVer
+	default:
 		return unrecognizedOption(args[2])
 	}
+	if !validClientName(args[3]) {
+		return &errorReply{"ERR " + truncate(args[2]) + " cannot contain spaces, newlines or special characters.", ErrInvalidArg}
+	}
+	s.pub.mu.Lock()
+	*dst = append((*dst)[:0], args[3]...)
+	s.pub.mu.Unlock()
 	s.w.String("OK")
 	return nil
 }
@@ -285,6 +298,8 @@ func cmdConfigGet(s *session, args [][]byte) *errorReply {
 		{"proto-max-bulk-len", strconv.Itoa(s.c.Server().Limits().MaxQueryBytes)},
 		{"client-query-buffer-limit", strconv.Itoa(s.c.Server().Limits().MaxQueryBytes)},
 		{"client-output-buffer-limit", s.c.Server().OutputLimits().String()},
+		{"slowlog-log-slower-than", strconv.FormatInt(s.e.slowlog.slowerMicros(), 10)},
+		{"slowlog-max-len", strconv.Itoa(s.e.slowlog.maxLen())},
 	}
 	var out []string
 	for _, kv := range params { // each parameter once, however many patterns match

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bucketd/bucketd/internal/resp/command"
 	"github.com/bucketd/bucketd/internal/testkit"
 )
 
@@ -90,6 +91,30 @@ var conformanceCommands = [][][]string{
 	{{"TB.ACQUIRE", "ab", "10", "1"}}, // under prefix a: invalidated in RESP3
 	{{"CLIENT", "TRACKING", "OFF"}},
 	{{"CLIENT", "FLY"}},
+	{{"CLIENT", "INFO"}},
+	{{"CLIENT", "LIST", "TYPE", "pubsub"}},
+	{{"CLIENT", "LIST", "TYPE", "bad"}},
+	{{"CLIENT", "LIST", "ID", "0"}},
+	{{"CLIENT", "LIST", "ID", "999999"}},
+	{{"CLIENT", "LIST", "NOSUCH"}},
+	{{"CLIENT", "KILL", "192.0.2.1:1"}},
+	{{"CLIENT", "KILL", "ID", "999999"}},
+	{{"CLIENT", "KILL", "ID", "0"}},
+	{{"CLIENT", "KILL", "SKIPME", "maybe"}},
+	{{"CLIENT", "KILL", "USER", "nobody"}},
+	{{"CLIENT", "KILL", "ADDR"}},
+	{{"CLIENT", "HELP"}},
+	{{"SLOWLOG", "HELP"}},
+	{{"SLOWLOG", "RESET"}},
+	{{"SLOWLOG", "LEN"}},
+	{{"SLOWLOG", "GET"}},
+	{{"SLOWLOG", "GET", "-2"}},
+	{{"SLOWLOG", "GET", "x"}},
+	{{"TIME"}},
+	{{"INFO", "commandstats"}},
+	{{"INFO", "latencystats"}},
+	{{"CONFIG", "HELP"}},
+	{{"COMMAND", "HELP"}},
 	{{"COMMAND", "COUNT"}},
 	{{"COMMAND", "LIST"}},
 	{{"COMMAND", "INFO", "tb.acquire", "nosuch"}},
@@ -177,6 +202,7 @@ func TestRESP3Conformance(t *testing.T) {
 func conformanceReplies(t *testing.T, proto string) string {
 	ts := startServer(t, nil)
 	ts.Commands.SetPolicies(loadPolicies(t, conformancePolicies))
+	ts.Commands.SetSlowlog(-1, command.DefaultSlowlogMaxLen) // a command slow on a busy machine would change SLOWLOG LEN
 	c := dial3(t, ts.Addr)
 	var b strings.Builder
 	b.WriteString("# Replies of every command in RESP" + proto + ", masked as TestRESP3Conformance says.\n")
@@ -231,6 +257,16 @@ func (c *conn3) ExpectClosedRESP3(t *testing.T) {
 // the machine or the build.
 var volatileInfoFields = regexp.MustCompile(`(?m)^(os|arch_bits|go_version|process_id|tcp_addr|uptime_in_seconds|uptime_in_days|gomaxprocs|used_memory|used_memory_heap|used_memory_tables|used_memory_sys):[^\r]*\r$`)
 
+// volatileClientFields are the CLIENT INFO fields whose values depend on
+// the run.
+var volatileClientFields = regexp.MustCompile(`\b(id|addr|laddr|fd|age|idle)=[^ \n]*`)
+
+// timeBulk is one of TIME's two numbers.
+var timeBulk = regexp.MustCompile(`\$[0-9]+\r\n[0-9]+\r\n`)
+
+// volatileStats are the times in INFO commandstats and latencystats.
+var volatileStats = regexp.MustCompile(`\b(usec|usec_per_call|p50|p99|p99\.9)=[0-9.]+`)
+
 // infoHeader is the length line of an INFO reply: a bulk or verbatim string.
 var infoHeader = regexp.MustCompile(`^([$=])[0-9]+\r\n`)
 
@@ -242,9 +278,15 @@ func mask(group [][]string, reply string) string {
 	case len(group) > 1:
 	case strings.EqualFold(args[0], "INFO"):
 		reply = volatileInfoFields.ReplaceAllString(reply, "$1:<masked>\r")
+		reply = volatileStats.ReplaceAllString(reply, "$1=<masked>")
 		return infoHeader.ReplaceAllString(reply, "$1<len>\r\n")
 	case len(args) == 2 && strings.EqualFold(args[0], "CLIENT") && strings.EqualFold(args[1], "ID"):
 		return ":<id>\r\n"
+	case len(args) == 2 && strings.EqualFold(args[0], "CLIENT") && strings.EqualFold(args[1], "INFO"):
+		reply = volatileClientFields.ReplaceAllString(reply, "$1=<masked>")
+		return infoHeader.ReplaceAllString(reply, "$1<len>\r\n")
+	case strings.EqualFold(args[0], "TIME"):
+		return timeBulk.ReplaceAllString(reply, "$$<len>\r\n<masked>\r\n")
 	}
 	return maskID(reply)
 }

@@ -24,7 +24,15 @@
 // client-side caching (tracking.go) follows each tracked bucket reply with
 // the invalidation of its keys.
 //
+// The operator commands see other connections only through what their
+// sessions publish (clients.go: CLIENT LIST, INFO, KILL) and through the
+// Engine's shared parts: the per-command statistics (cmdstats.go: INFO
+// commandstats and latencystats, atomics indexed by the command's row),
+// the slow log (slowlog.go) and the monitors (monitor.go), each bounded,
+// none of which a command waits for.
+//
 // In a steady state nothing here allocates per command: the session's
 // slices, the pipeline's plan and key arena, and the tally of counts are
-// reused, and the counts reach the shared atomics once per batch.
+// reused, and the counts reach the shared atomics once per batch (the
+// per-command statistics once per run of equal commands in it).
 package command

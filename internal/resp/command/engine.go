@@ -44,6 +44,11 @@ type Engine struct {
 	policyMu sync.Mutex // serialises SetPolicies; never on the request path
 	policies atomic.Pointer[policySet]
 
+	rows     []rowStats // by statRow (cmdstats.go)
+	clients  clientSet  // the open sessions (clients.go)
+	monitors monitorSet // MONITOR's connections (monitor.go)
+	slowlog  slowlog    // SLOWLOG (slowlog.go)
+
 	txTooLongOnce sync.Once
 	txTooLong     *errorReply // the reply to a command beyond a transaction's bound
 }
@@ -62,8 +67,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	e := &Engine{cfg: cfg, password: newPasswordCheck(cfg.RequirePass)}
+	e := &Engine{cfg: cfg, password: newPasswordCheck(cfg.RequirePass), rows: make([]rowStats, len(statRows))}
 	e.SetPolicies(nil)
+	e.SetSlowlog(DefaultSlowlogSlowerThan, DefaultSlowlogMaxLen)
 	return e, nil
 }
 
@@ -79,5 +85,8 @@ func (e *Engine) open(c connection) *session {
 		c.SetLimits(l)
 	}
 	s.pipe = pipeline{e: e, w: s.w, caller: e.cfg.Limiter.NewCaller(), tally: &s.tally, tracking: &s.tracking}
+	s.pub.redir.Store(-1)
+	s.pub.active.Store(mono())
+	e.clients.add(s)
 	return s
 }

@@ -59,6 +59,12 @@ func (e *Engine) info(s *session, requested [][]byte) []byte {
 	if wantSection(requested, "Keyspace") {
 		add(infoKeyspace(v.st))
 	}
+	if wantExtra(requested, "Commandstats") {
+		add(e.commandStats())
+	}
+	if wantExtra(requested, "Latencystats") {
+		add(e.latencyStats())
+	}
 	return b
 }
 
@@ -78,6 +84,18 @@ func wantSection(requested [][]byte, title string) bool {
 	upper := strings.ToUpper(title)
 	for _, r := range requested {
 		if wire.EqualFold(r, upper) || wire.EqualFold(r, "ALL") || wire.EqualFold(r, "DEFAULT") || wire.EqualFold(r, "EVERYTHING") {
+			return true
+		}
+	}
+	return false
+}
+
+// wantExtra reports whether the INFO arguments ask for a section that, as
+// in Redis, INFO and INFO default leave out: named, or all or everything.
+func wantExtra(requested [][]byte, title string) bool {
+	upper := strings.ToUpper(title)
+	for _, r := range requested {
+		if wire.EqualFold(r, upper) || wire.EqualFold(r, "ALL") || wire.EqualFold(r, "EVERYTHING") {
 			return true
 		}
 	}

@@ -25,8 +25,9 @@ const (
 // It holds no pointer and stays small: a pipeline plans one per command.
 type planned struct {
 	kind planKind
-	push bool // an invalidation follows the reply (tracking.go)
-	info bool // WITHINFO, for replyPolicyAcquire and replyMAcquire
+	row  statRow // the command's statistics row; 0 in a transaction's EXEC
+	push bool    // an invalidation follows the reply (tracking.go)
+	info bool    // WITHINFO, for replyPolicyAcquire and replyMAcquire
 	ops  int32
 	// arg is what the kind needs besides: for replyError its reply's index
 	// in pipeline.errs; for replyPolicyAcquire and replyPolicyPeek the
@@ -223,12 +224,14 @@ func (p *pipeline) writePlanned(pl planned, answers []decide.Answer, next *int, 
 		p.writeError(p.errs[pl.arg])
 		return false
 	case err != nil:
+		p.e.fail(pl.row)
 		p.writeError(errShuttingDown)
 		return false
 	}
 	rs := answers[*next : *next+int(pl.ops)]
 	*next += int(pl.ops)
 	if e := answerError(rs); e != nil {
+		p.e.fail(pl.row)
 		p.writeError(e)
 		return false
 	}

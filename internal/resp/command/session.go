@@ -1,6 +1,8 @@
 package command
 
 import (
+	"time"
+
 	"github.com/bucketd/bucketd/internal/resp"
 	"github.com/bucketd/bucketd/internal/resp/wire"
 )
@@ -17,9 +19,23 @@ type session struct {
 	e      *Engine
 	c      connection
 	w      *wire.Writer // c's, where every reply goes
-	name   []byte       // CLIENT SETNAME
+	name   []byte       // CLIENT SETNAME; written under pub.mu (clients.go)
 	authed bool
 	quit   bool
+	// streaming: MONITOR turned the connection into a stream; the rest of
+	// the batch is dropped (monitor.go).
+	streaming bool
+	execing   bool // EXEC is running the queued commands
+
+	// Statistics (cmdstats.go): the batch being answered, the monotonic
+	// time of the last segment boundary, the planned commands since, and
+	// the row of the last command.
+	batch   []wire.Command
+	clk     int64
+	seg     []segCall
+	lastRow statRow
+	pub     published // what CLIENT LIST shows of the session (clients.go)
+	mon     []byte    // this batch's lines for the monitors (monitor.go)
 
 	pipe     pipeline
 	tx       transaction
@@ -35,6 +51,13 @@ type connection interface {
 	Server() *resp.Server
 	SetLimits(wire.Limits)
 	SetOutputClass(resp.OutputClass)
+	RemoteAddr() string
+	LocalAddr() string
+	Created() time.Time
+	FD() int
+	Kill()
+	Abort()
+	Stream(resp.Stream)
 }
 
 // Serve answers the commands of one read (resp.Session). Bucket commands
@@ -42,23 +65,41 @@ type connection interface {
 // them travel to the store together (one batch per shard) and their
 // replies are written in order; see exec.
 func (s *session) Serve(cmds []wire.Command) bool {
+	s.batch, s.clk = cmds, mono()
 	for i := range cmds {
-		if s.quit || s.w.Over() {
+		if s.quit || s.streaming || s.w.Over() {
 			break // Redis ignores what follows QUIT; past its output limit the connection closes (resp)
 		}
-		s.exec(cmds[i].Args)
+		s.exec(cmds[i].Args, int32(i))
 	}
-	s.pipe.flush()
+	s.flushPipe()
+	s.batch = nil
+	if len(s.mon) > 0 {
+		s.e.monitors.feed(s.mon)
+		s.mon = s.mon[:0]
+	}
+	s.publish()
 	s.e.flushTally(&s.tally) // counts the commands executed, each under its name
 	return !s.quit
 }
 
-// Closed counts a protocol error the connection ended on (resp.Session).
+// flushPipe answers the planned bucket commands, and ends their segment
+// of the batch's time (cmdstats.go).
+func (s *session) flushPipe() {
+	s.pipe.flush()
+	if len(s.seg) > 0 {
+		s.endSegment()
+	}
+}
+
+// Closed counts a protocol error the connection ended on (resp.Session),
+// and forgets the session in the client list.
 func (s *session) Closed(protocolError bool) {
 	if protocolError {
 		s.tally.error(ErrProtocol)
 		s.e.flushTally(&s.tally)
 	}
+	s.e.clients.remove(s)
 }
 
 // exec plans a bucket command or, for anything else, first answers the
@@ -72,31 +113,51 @@ func (s *session) Closed(protocolError bool) {
 // With CLIENT TRACKING on, trackCommand then sees every command; that one
 // test of a session flag, and the one of tx.open, is all tracking and
 // transactions cost a connection that uses neither.
-func (s *session) exec(args [][]byte) {
-	cmd, e := s.resolve(args)
+//
+// Every command that is not refused counts as a call of its row
+// (cmdstats.go): a planned one in the segment of the planned commands, any
+// other with its own time; and, while a monitor is connected (one atomic
+// load otherwise), is shown to the monitors (monitor.go).
+func (s *session) exec(args [][]byte, idx int32) {
+	cmd, row, e := s.resolve(args)
 	if e != nil && wire.EqualFold(args[0], "EXEC") {
 		e = s.tx.refuseExec(e)
 	}
 	if e == nil && s.tracking.on && cmd.plan != nil && s.tracking.cachingAsked() {
 		e = errNotCacheable
 	}
+	if e != nil {
+		s.e.reject(row)
+	} else if s.e.monitors.n.Load() > 0 && !cmd.skipMonitor {
+		s.mon = s.monitorLine(s.mon, args)
+	}
+	s.lastRow = row
 	planned := false
 	switch {
 	case s.tx.open && (e != nil || !cmd.atOnce):
 		s.queue(cmd, e, args)
+		if e == nil {
+			s.account(row, args)
+		}
 	case e != nil:
 		s.pipe.planError(e)
 	case cmd.plan != nil:
 		if e = cmd.plan(&s.pipe, args); e != nil {
 			s.pipe.planError(e)
+			s.e.fail(row)
 		} else {
 			planned = true
+			s.pipe.plan[len(s.pipe.plan)-1].row = row
 		}
+		s.seg = append(s.seg, segCall{row: row, idx: idx})
 	default:
-		s.pipe.flush()
+		s.flushPipe()
+		s.pub.cmd.Store(uint32(row))
 		if e = cmd.run(s, args); e != nil {
 			s.writeError(e)
+			s.e.fail(row)
 		}
+		s.account(row, args)
 	}
 	if s.tracking.on {
 		s.trackCommand(cmd, planned, args)

@@ -45,10 +45,13 @@ type commandSpec struct {
 	subs []commandSpec
 
 	// Filled in from the fields above when the table is built.
-	id         cmdID       // the position in commandTable, from 1; 0 for subcommands
-	name       string      // lower case; "parent|sub" for a subcommand
-	noAuth     bool        // the "noauth" flag: answered before AUTH
-	wrongArity *errorReply // the reply to a wrong number of arguments
+	id          cmdID       // the position in commandTable, from 1; 0 for subcommands
+	row         statRow     // the row in the per-command statistics (cmdstats.go)
+	skipSlowlog bool        // the "skip_slowlog" flag: never in SLOWLOG (EXEC)
+	skipMonitor bool        // admin commands and MONITOR: never shown to monitors, as in Redis
+	name        string      // lower case; "parent|sub" for a subcommand
+	noAuth      bool        // the "noauth" flag: answered before AUTH
+	wrongArity  *errorReply // the reply to a wrong number of arguments
 }
 
 // keyRange says which arguments are keys, as COMMAND reports it: the first
@@ -92,6 +95,10 @@ func init() {
 			{upper: "GETREDIR", arity: 2, run: cmdClientGetRedir},
 			{upper: "NO-EVICT", arity: 3, run: cmdClientOnOff},
 			{upper: "NO-TOUCH", arity: 3, run: cmdClientOnOff},
+			{upper: "LIST", arity: -2, flags: []string{"admin"}, run: cmdClientList},
+			{upper: "INFO", arity: 2, run: cmdClientInfo},
+			{upper: "KILL", arity: -3, flags: []string{"admin"}, run: cmdClientKill},
+			{upper: "HELP", arity: 2, run: cmdClientHelp},
 		}},
 		// The subcommands of COMMAND ignore extra arguments (no FILTERBY).
 		{upper: "COMMAND", arity: -1, flags: []string{"loading", "stale"}, run: cmdCommand, subs: []commandSpec{
@@ -99,12 +106,14 @@ func init() {
 			{upper: "LIST", arity: -2, run: cmdCommandList},
 			{upper: "INFO", arity: -2, run: cmdCommandInfo},
 			{upper: "DOCS", arity: -2, run: cmdCommandDocs},
+			{upper: "HELP", arity: 2, run: cmdCommandHelp},
 		}},
 		{upper: "INFO", arity: -1, flags: []string{"loading", "stale"}, run: cmdInfo},
 		{upper: "DBSIZE", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
 		{upper: "CONFIG", arity: -2, flags: []string{"admin", "loading", "stale"}, subs: []commandSpec{
 			{upper: "GET", arity: -3, run: cmdConfigGet},
 			{upper: "RELOAD", arity: 2, run: cmdConfigReload},
+			{upper: "HELP", arity: 2, run: cmdConfigHelp},
 		}},
 		{upper: "AUTH", arity: -2, maxArgs: 3, flags: []string{"fast", "noauth"}, run: cmdAuth},
 		{upper: "MULTI", arity: 1, flags: txFlags, atOnce: true, run: cmdMulti},
@@ -112,24 +121,40 @@ func init() {
 		{upper: "DISCARD", arity: 1, flags: txFlags, atOnce: true, run: cmdDiscard},
 		{upper: "WATCH", arity: -2, flags: txFlags, keys: keyRange{first: 1, last: -1, step: 1}, atOnce: true, run: cmdWatch},
 		{upper: "UNWATCH", arity: 1, flags: txFlags, run: cmdUnwatch},
+		{upper: "SLOWLOG", arity: -2, flags: []string{"admin", "loading", "stale"}, subs: []commandSpec{
+			{upper: "GET", arity: -2, maxArgs: 3, run: cmdSlowlogGet},
+			{upper: "LEN", arity: 2, run: cmdSlowlogLen},
+			{upper: "RESET", arity: 2, run: cmdSlowlogReset},
+			{upper: "HELP", arity: 2, run: cmdSlowlogHelp},
+		}},
+		{upper: "MONITOR", arity: 1, flags: []string{"admin", "noscript", "loading", "stale"}, run: cmdMonitor},
+		{upper: "TIME", arity: 1, flags: []string{"loading", "stale", "fast"}, run: cmdTime},
 	}
 	if len(commandTable) >= maxCmdIDs {
 		panic("command: more commands than maxCmdIDs")
 	}
+	statRows = []*commandSpec{nil}
 	for i := range commandTable {
 		commandTable[i].id = cmdID(i + 1)
-		commandTable[i].fill("")
+		commandTable[i].fill("", false)
+	}
+	if len(statRows) > maxStatRows {
+		panic("command: more commands and subcommands than maxStatRows")
 	}
 }
 
 // fill derives name, noAuth and wrongArity, for cmd and its subcommands,
 // and checks that the entry can answer every call its arity lets through.
-func (cmd *commandSpec) fill(parent string) {
+func (cmd *commandSpec) fill(parent string, parentAdmin bool) {
 	cmd.name = strings.ToLower(cmd.upper)
 	if parent != "" {
 		cmd.name = parent + "|" + cmd.name
 	}
+	cmd.row = statRow(len(statRows))
+	statRows = append(statRows, cmd)
 	cmd.noAuth = slices.Contains(cmd.flags, "noauth")
+	cmd.skipSlowlog = slices.Contains(cmd.flags, "skip_slowlog")
+	cmd.skipMonitor = parentAdmin || slices.Contains(cmd.flags, "admin")
 	cmd.wrongArity = wrongArity(cmd.name)
 	switch {
 	case cmd.plan != nil && (cmd.run != nil || len(cmd.subs) > 0):
@@ -138,7 +163,7 @@ func (cmd *commandSpec) fill(parent string) {
 		panic("command: command " + cmd.name + " needs a planner, a handler or, with arity -2 or less, subcommands")
 	}
 	for i := range cmd.subs {
-		cmd.subs[i].fill(cmd.name)
+		cmd.subs[i].fill(cmd.name, cmd.skipMonitor)
 	}
 }
 
@@ -168,8 +193,10 @@ func (cmd *commandSpec) arityOK(n int) bool {
 // resolve finds the entry that answers args and makes the checks every
 // command shares, in this order: authentication, the command's arity, the
 // subcommand's existence and its arity. It counts the command, whatever the
-// outcome. It returns the entry, or the error reply the command gets.
-func (s *session) resolve(args [][]byte) (*commandSpec, *errorReply) {
+// outcome. It returns the entry, or the error reply the command gets, and
+// the statistics row of the entry reached: a refused call counts there as
+// rejected (none for an unknown command or subcommand, as in Redis).
+func (s *session) resolve(args [][]byte) (*commandSpec, statRow, *errorReply) {
 	cmd := lookup(commandTable, args[0])
 	if cmd == nil {
 		cmd = &unknownEntry
@@ -177,20 +204,20 @@ func (s *session) resolve(args [][]byte) (*commandSpec, *errorReply) {
 	s.tally.command(cmd.id)
 	switch {
 	case !s.authed && !cmd.noAuth:
-		return nil, errNoAuth
+		return nil, cmd.row, errNoAuth
 	case !cmd.arityOK(len(args)):
-		return nil, cmd.wrongArity
+		return nil, cmd.row, cmd.wrongArity
 	case len(cmd.subs) == 0 || len(args) == 1:
-		return cmd, nil
+		return cmd, cmd.row, nil
 	}
 	sub := lookup(cmd.subs, args[1])
 	switch {
 	case sub == nil:
-		return nil, unknownSubcommand(args[1], cmd.upper)
+		return nil, 0, unknownSubcommand(args[1], cmd.upper)
 	case !sub.arityOK(len(args)):
-		return nil, sub.wrongArity
+		return nil, sub.row, sub.wrongArity
 	}
-	return sub, nil
+	return sub, sub.row, nil
 }
 
 // numCommands is the number of cmdIDs in use: the commands, and idUnknown.

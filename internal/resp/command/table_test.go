@@ -69,6 +69,18 @@ func TestWrongArityForEveryCommand(t *testing.T) {
 		{"client|getredir", "CLIENT GETREDIR x"},
 		{"client|no-evict", "CLIENT NO-EVICT"},
 		{"client|no-touch", "CLIENT NO-TOUCH ON OFF"},
+		{"client|info", "CLIENT INFO x"},
+		{"client|kill", "CLIENT KILL"},
+		{"client|help", "CLIENT HELP x"},
+		{"command|help", "COMMAND HELP x"},
+		{"config|help", "CONFIG HELP x"},
+		{"slowlog", "SLOWLOG"},
+		{"slowlog|get", "SLOWLOG GET 1 2"},
+		{"slowlog|len", "SLOWLOG LEN x"},
+		{"slowlog|reset", "SLOWLOG RESET x"},
+		{"slowlog|help", "SLOWLOG HELP x"},
+		{"monitor", "MONITOR x"},
+		{"time", "TIME x"},
 		{"dbsize", "DBSIZE x"},
 		{"config", "CONFIG"},
 		{"config|get", "CONFIG GET"},
@@ -255,13 +267,13 @@ func TestFixedErrorRepliesAllocateNothing(t *testing.T) {
 func TestCommandReplyUnchanged(t *testing.T) {
 	srv, c := newBenchServer(t)
 	reply, _ := errorDelta(t, srv, c, "COMMAND", "COUNT")
-	if reply != ":21\r\n" {
+	if reply != ":24\r\n" {
 		t.Errorf("COMMAND COUNT: %q", reply)
 	}
 	reply, _ = errorDelta(t, srv, c, "COMMAND", "LIST")
-	names := "tb.acquire tb.macquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth multi exec discard watch unwatch"
+	names := "tb.acquire tb.macquire tb.peek tb.reset cl.throttle ping echo quit select hello client command info dbsize config auth multi exec discard watch unwatch slowlog monitor time"
 	var want strings.Builder
-	fmt.Fprintf(&want, "*21\r\n")
+	fmt.Fprintf(&want, "*24\r\n")
 	for _, n := range strings.Fields(names) {
 		fmt.Fprintf(&want, "$%d\r\n%s\r\n", len(n), n)
 	}

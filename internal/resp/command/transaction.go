@@ -222,7 +222,9 @@ func cmdExec(s *session, args [][]byte) *errorReply {
 		return errCrossSlot
 	}
 	s.w.Array(len(t.cmds))
+	s.execing = true
 	s.writeQueued(answers, err)
+	s.execing = false
 	s.pipe.end()
 	return nil
 }
