@@ -18,14 +18,14 @@ type keyState struct {
 
 // sim is one run in progress.
 type sim struct {
-	cfg   Config
-	rng   *rand.Rand
-	loop  loop
-	redis redis
-	keys  []*keyState
-	slots []*instance // nil: no instance there now (crashed, not yet joined)
-	cum   []float64   // cumulative demand share of the slots
-	phases []phase // the demand's schedule, in order
+	cfg    Config
+	rng    *rand.Rand
+	loop   loop
+	redis  redis
+	keys   []*keyState
+	slots  []*instance // nil: no instance there now (crashed, not yet joined)
+	cum    []float64   // cumulative demand share of the slots
+	phases []phase     // the demand's schedule, in order
 	res    Result
 }
 
