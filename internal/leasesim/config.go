@@ -46,6 +46,16 @@ var DefaultKeys = []Key{
 	{"k2", bucket.Limit{Capacity: 10, Rate: 1}},
 }
 
+// TrapKeys are a plain bucket and one that refills in 100 ms, so that
+// the leases of ten instances (a tenth of the capacity each) can hold as
+// much as the bucket itself: where a lease spent on top of a refilled
+// bucket shows most. The Bursts rows and the naive designs' tests use
+// them.
+var TrapKeys = []Key{
+	DefaultKeys[0],
+	{"fast", bucket.Limit{Capacity: 100, Rate: 1000}},
+}
+
 // Config is one run. Times are microseconds. The zero value of each
 // optional field is named in its comment.
 type Config struct {
@@ -72,6 +82,10 @@ type Config struct {
 	// Joins of the slots start empty and fill at random instants in the
 	// first half of the run; meanwhile their share goes to the next slot.
 	Joins int
+	// ReuseNames: an instance that replaces a crashed one takes its name,
+	// as a process restarted with the same instance id does; otherwise
+	// every instance has a name of its own.
+	ReuseNames bool
 	// ClockSkew: each instance's clock runs at a rate drawn uniformly in
 	// [1-ClockSkew, 1+ClockSkew] of the true clock's, times ClockRate (1
 	// when 0; 0.5 is every clock 50% slow).

@@ -81,6 +81,7 @@ func (in *instance) take(k *keyState, cost float64) {
 	case lease.Ask:
 		in.send(k, clientLease, cost, req)
 	case lease.Plain:
+		s.res.PlainCalls++
 		in.send(k, clientPlain, cost, lease.Request{})
 	}
 }

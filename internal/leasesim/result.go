@@ -15,6 +15,9 @@ type Result struct {
 	// RedisCalls is every call sent to Redis: client misses, renewals,
 	// give-backs, whether they arrived or not.
 	RedisCalls int64
+	// PlainCalls of them were plain acquires: a client's miss while a
+	// lease call for its key was out (lease.Plain).
+	PlainCalls int64
 	Lost       int64 // legs lost, requests and replies
 	TimedOut   int64 // calls their sender gave up on
 	Late       int64 // calls Redis ran after their sender gave up on them (or died)
@@ -88,10 +91,10 @@ func (r Result) String() string {
 	l, i := r.Granted()
 	k100, w100 := r.worst(true)
 	k1, w1 := r.worst(false)
-	return fmt.Sprintf("instances %d %s demand %gx: granted %.0f ideal %.0f (%.1f%%); 100ms max %.0f bound %.0f (%s at %dms); 1s max %.0f bound %.0f (%s at %dms); over %.0f; %.3f Redis calls/decision; lost %d late %d crashed %d",
+	return fmt.Sprintf("instances %d %s demand %gx: granted %.0f ideal %.0f (%.1f%%); 100ms max %.0f bound %.0f (%s at %dms); 1s max %.0f bound %.0f (%s at %dms); over %.0f; %.3f Redis calls/decision (%.3f plain); lost %d late %d crashed %d",
 		r.Config.Instances, r.Config.Shape, r.Config.Demand, l, i, pct(l, i),
 		w100.Max, w100.Bound, k100.Name, w100.At/1000, w1.Max, w1.Bound, k1.Name, w1.At/1000,
-		r.Over(), r.CallsPerDecision(), r.Lost, r.Late, r.Crashed)
+		r.Over(), r.CallsPerDecision(), float64(r.PlainCalls)/float64(max(r.Decisions, 1)), r.Lost, r.Late, r.Crashed)
 }
 
 func pct(a, b float64) float64 {

@@ -116,7 +116,7 @@ func (s *sim) join(i int) {
 	rate := s.cfg.ClockRate * (1 + s.cfg.ClockSkew*(2*s.rng.Float64()-1))
 	in := &instance{
 		s:       s,
-		name:    "i" + strconv.Itoa(i) + "." + strconv.Itoa(s.res.Joined),
+		name:    s.name(i),
 		alive:   true,
 		clock:   clock{start: s.loop.now, offset: uniform(s.rng, 1_000_000, 1_000_000_000), rate: rate},
 		entries: make(map[string]*lease.Entry),
@@ -125,6 +125,14 @@ func (s *sim) join(i int) {
 	s.res.Joined++
 	s.slots[i] = in
 	s.loop.at(s.loop.now+in.clock.trueDur(uniform(s.rng, 1, sweepEvery)), in.sweep)
+}
+
+// name is the name of the next instance to join slot i.
+func (s *sim) name(i int) string {
+	if s.cfg.ReuseNames {
+		return "i" + strconv.Itoa(i)
+	}
+	return "i" + strconv.Itoa(i) + "." + strconv.Itoa(s.res.Joined)
 }
 
 // crash kills a random live instance (kill -9) and has a new one join

@@ -1,0 +1,154 @@
+package leasesim
+
+import (
+	"testing"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/lease"
+)
+
+func TestCheckerFindsTheBusiestWindow(t *testing.T) {
+	c := checker{limit: bucket.Limit{Capacity: 10, Rate: 10}}
+	for _, g := range []grant{{0, 5}, {50_000, 5}, {100_000, 1}, {100_001, 4}, {300_000, 1}} {
+		c.allow(g.cost, g.at)
+	}
+	w := c.window(100_000)
+	// [0, 100 ms] holds 11 (the window is closed); [50 ms, 150 ms] holds 10.
+	if w.Max != 11 || w.At != 0 || w.Bound != 11 || w.Over != 0 {
+		t.Fatalf("100 ms window %+v, want max 11 at 0 against bound 11, over 0", w)
+	}
+	c.allow(1, 60_000)
+	if w := c.window(100_000); w.Max != 12 || w.Over != 1 {
+		t.Fatalf("one more grant inside: %+v, want max 12, over 1", w)
+	}
+	if w := c.window(1_000_000); w.Max != 17 || w.Bound != 20 || w.Over != 0 {
+		t.Fatalf("1 s window %+v, want every grant (17) against 20", w)
+	}
+}
+
+func TestIdealBucketGrantsWhatOneBucketWould(t *testing.T) {
+	c := checker{limit: bucket.Limit{Capacity: 10, Rate: 10}}
+	for i := range 100 { // 1 s of 100 calls a second: capacity + rate*1s
+		c.demand(1, int64(i)*10_000)
+	}
+	if c.idealTokens != 19 && c.idealTokens != 20 {
+		t.Fatalf("ideal granted %v over 1 s, want capacity + rate*0.99 s (19 or 20)", c.idealTokens)
+	}
+}
+
+func TestRunIsDeterministicForASeed(t *testing.T) {
+	cfg := Config{Seed: 7, Instances: 10, Duration: 1_000_000, Shape: Zipf, Demand: 10, Net: DefaultNetwork, Crashes: 2, ClockSkew: 0.01}
+	a, b := Run(cfg), Run(cfg)
+	if a.String() != b.String() || a.Events != b.Events {
+		t.Fatalf("two runs of one config differ:\n%v\n%v", a, b)
+	}
+	cfg.Seed = 8
+	if c := Run(cfg); c.Events == a.Events && c.String() == a.String() {
+		t.Fatalf("another seed ran the same: %v", c)
+	}
+}
+
+// trap is the scenario the naive designs fail in: leases filled by calm
+// demand, left idle through a silence in which the buckets refill (and
+// records lapse), then a burst. Idle is longer than the TTL, as a policy
+// may set it, so that no give-back hides what the deadline does.
+func trap(seed uint64) Config {
+	p := lease.DefaultPolicy
+	p.Idle = 5_000_000
+	d := int64(20_000_000)
+	if testing.Short() {
+		d = 10_000_000
+	}
+	return Config{Seed: seed, Instances: 10, Duration: d, Shape: Bursts, Demand: 10,
+		Keys: TrapKeys, Net: DefaultNetwork, ClockSkew: 0.01, Policy: p}
+}
+
+// naiveFails runs the trap with and without the naive change and wants
+// the change, and only it, to over-grant.
+func naiveFails(t *testing.T, naive func(*Config)) {
+	t.Helper()
+	for _, seed := range []uint64{1, 2} {
+		cfg := trap(seed)
+		if r := Run(cfg); r.Over() != 0 {
+			t.Fatalf("the real design over-grants in the trap: %v", r)
+		}
+		naive(&cfg)
+		r := Run(cfg)
+		t.Logf("naive, seed %d: %v", seed, r)
+		if r.Over() == 0 {
+			t.Errorf("the naive design kept the bound (seed %d): %v", seed, r)
+		}
+	}
+}
+
+func TestNaiveInstancesIgnoringTheDeadlineOverGrant(t *testing.T) {
+	naiveFails(t, func(c *Config) { c.IgnoreDeadline = true })
+}
+
+func TestNaiveRedisNotCountingLeasesOverGrants(t *testing.T) {
+	naiveFails(t, func(c *Config) { c.ForgetHeld = true; c.Policy = lease.DefaultPolicy })
+}
+
+func TestClocksSlowBeyondTheMarginOverGrant(t *testing.T) {
+	naiveFails(t, func(c *Config) { c.ClockRate = 0.5 })
+}
+
+func TestClocksSlowWithinTheMarginKeepTheBound(t *testing.T) {
+	// The margin is a quarter of the TTL: a clock 20% slow spends until
+	// 1.5 s / 0.8 = 1.875 s after the send, before the record lapses.
+	for _, seed := range []uint64{1, 2} {
+		cfg := trap(seed)
+		cfg.ClockRate, cfg.ClockSkew = 0.8, 0
+		if r := Run(cfg); r.Over() != 0 {
+			t.Errorf("clocks 20%% slow over-grant: %v", r)
+		}
+	}
+}
+
+// grid is the real design's rows: 2, 10 and 100 instances, steady
+// demand spread evenly and by Zipf at several levels, and bursts, all
+// with 1% loss, long legs, late calls, crashes, joins and 1% clock skew.
+func grid(seed uint64) []Config {
+	levels, d := []float64{0.5, 2, 10, 100}, int64(3_000_000)
+	if testing.Short() {
+		levels, d = []float64{2, 100}, 1_000_000
+	}
+	var cs []Config
+	for _, n := range []int{2, 10, 100} {
+		base := Config{Seed: seed, Instances: n, Duration: d, Net: DefaultNetwork,
+			ClockSkew: 0.01, Crashes: max(1, n/10), Joins: n / 10}
+		for _, sh := range []Shape{Uniform, Zipf} {
+			for _, lv := range levels {
+				c := base
+				c.Shape, c.Demand = sh, lv
+				cs = append(cs, c)
+			}
+		}
+		b := base
+		b.Shape, b.Demand, b.Keys, b.Duration = Bursts, 10, TrapKeys, 4*d
+		cs = append(cs, b)
+	}
+	return cs
+}
+
+func TestRealDesignKeepsTheBound(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, seed := range seeds {
+		for _, cfg := range grid(seed) {
+			r := Run(cfg)
+			t.Log(r)
+			if r.Over() != 0 {
+				t.Errorf("seed %d over-grants: %v", seed, r)
+			}
+			if lease, ideal := r.Granted(); lease < 0.7*ideal {
+				t.Errorf("seed %d grants %.0f, under 70%% of the ideal %.0f: %v", seed, lease, ideal, r)
+			}
+			if r.Decisions < r.Calls*99/100 {
+				t.Errorf("seed %d answered %d of %d calls: %v", seed, r.Decisions, r.Calls, r)
+			}
+		}
+	}
+}
