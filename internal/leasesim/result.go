@@ -107,16 +107,16 @@ func pct(a, b float64) float64 {
 // WriteTable writes results as a markdown table, one row per run. The
 // window columns show the key that came closest to its bound.
 func WriteTable(w io.Writer, rs []Result) error {
-	if _, err := fmt.Fprintln(w, "| instances | demand | demand/rate | loss | crashes | granted | ideal | lease/ideal | max 100 ms / bound | max 1 s / bound | over | Redis calls / decision |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"); err != nil {
+	if _, err := fmt.Fprintln(w, "| instances | demand | demand/rate | loss | crashes | granted | ideal | lease/ideal | max 100 ms / bound | max 1 s / bound | over | Redis calls / decision (plain) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"); err != nil {
 		return err
 	}
 	for _, r := range rs {
 		l, i := r.Granted()
 		k100, w100 := r.worst(true)
 		k1, w1 := r.worst(false)
-		_, err := fmt.Fprintf(w, "| %d | %s | %gx | %g%% | %d | %.0f | %.0f | %.1f%% | %.0f / %.0f (%s) | %.0f / %.0f (%s) | %.0f | %.3f |\n",
+		_, err := fmt.Fprintf(w, "| %d | %s | %gx | %g%% | %d | %.0f | %.0f | %.1f%% | %.0f / %.0f (%s) | %.0f / %.0f (%s) | %.0f | %.3f (%.3f) |\n",
 			r.Config.Instances, r.Config.Shape, r.Config.Demand, 100*r.Config.Net.Loss, r.Crashed,
-			l, i, pct(l, i), w100.Max, w100.Bound, k100.Name, w1.Max, w1.Bound, k1.Name, r.Over(), r.CallsPerDecision())
+			l, i, pct(l, i), w100.Max, w100.Bound, k100.Name, w1.Max, w1.Bound, k1.Name, r.Over(), r.CallsPerDecision(), float64(r.PlainCalls)/float64(max(r.Decisions, 1)))
 		if err != nil {
 			return err
 		}
