@@ -105,28 +105,21 @@ func TestClocksSlowWithinTheMarginKeepTheBound(t *testing.T) {
 	}
 }
 
-// grid is the real design's rows: 2, 10 and 100 instances, steady
-// demand spread evenly and by Zipf at several levels, and bursts, all
-// with 1% loss, long legs, late calls, crashes, joins and 1% clock skew.
+// grid is the table's rows (TableRows), 3 s each and 12 s for the
+// bursts; with -short 1 s, 4 s for the bursts, at levels 2x and 100x.
 func grid(seed uint64) []Config {
-	levels, d := []float64{0.5, 2, 10, 100}, int64(3_000_000)
+	d := int64(3_000_000)
 	if testing.Short() {
-		levels, d = []float64{2, 100}, 1_000_000
+		d = 1_000_000
 	}
 	var cs []Config
-	for _, n := range []int{2, 10, 100} {
-		base := Config{Seed: seed, Instances: n, Duration: d, Net: DefaultNetwork,
-			ClockSkew: 0.01, Crashes: max(1, n/10), Joins: n / 10}
-		for _, sh := range []Shape{Uniform, Zipf} {
-			for _, lv := range levels {
-				c := base
-				c.Shape, c.Demand = sh, lv
-				cs = append(cs, c)
-			}
+	for _, c := range TableRows(seed, d) {
+		if c.Shape == Bursts {
+			c.Duration = 4 * d
+		} else if testing.Short() && c.Demand != 2 && c.Demand != 100 {
+			continue
 		}
-		b := base
-		b.Shape, b.Demand, b.Keys, b.Duration = Bursts, 10, TrapKeys, 4*d
-		cs = append(cs, b)
+		cs = append(cs, c)
 	}
 	return cs
 }
