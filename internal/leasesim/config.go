@@ -35,15 +35,28 @@ func (s Shape) String() string {
 type Key struct {
 	Name  string
 	Limit bucket.Limit
+	// Then, when set, is the limit the calls carry from the true instant
+	// At on: a parameter change, which every lease of the old limit must
+	// survive (lease rule 3).
+	Then bucket.Limit
+	At   int64
+}
+
+// limitAt is the limit a call at true instant t carries.
+func (k Key) limitAt(t int64) bucket.Limit {
+	if k.Then != (bucket.Limit{}) && t >= k.At {
+		return k.Then
+	}
+	return k.Limit
 }
 
 // DefaultKeys are three buckets of different shapes: a plain one, one
 // whose capacity is ten seconds of refill (big leases), and a tiny one
 // whose leases are a single token (cost 2 is never answered by one).
 var DefaultKeys = []Key{
-	{"k0", bucket.Limit{Capacity: 100, Rate: 100}},
-	{"k1", bucket.Limit{Capacity: 1000, Rate: 100}},
-	{"k2", bucket.Limit{Capacity: 10, Rate: 1}},
+	{Name: "k0", Limit: bucket.Limit{Capacity: 100, Rate: 100}},
+	{Name: "k1", Limit: bucket.Limit{Capacity: 1000, Rate: 100}},
+	{Name: "k2", Limit: bucket.Limit{Capacity: 10, Rate: 1}},
 }
 
 // TrapKeys are a plain bucket and one that refills in 100 ms, so that
@@ -53,7 +66,7 @@ var DefaultKeys = []Key{
 // them.
 var TrapKeys = []Key{
 	DefaultKeys[0],
-	{"fast", bucket.Limit{Capacity: 100, Rate: 1000}},
+	{Name: "fast", Limit: bucket.Limit{Capacity: 100, Rate: 1000}},
 }
 
 // Config is one run. Times are microseconds. The zero value of each

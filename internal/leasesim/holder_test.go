@@ -70,7 +70,7 @@ func (s *scripted) drain() {
 // holders no longer repeat, it fails, and should then assert Over == 0.
 func TestKnownHoleARepeatedHolderLetsALateCallFreeALiveLease(t *testing.T) {
 	s := &scripted{t: t, p: lease.DefaultPolicy, l: bucket.Limit{Capacity: 100, Rate: 100}, now: 1_000}
-	s.c.limit = s.l
+	s.c.key = Key{Limit: s.l}
 	old := &lease.Entry{}
 	s.warm(old)
 	late := s.p.Renew(old, s.now) // stuck in the network

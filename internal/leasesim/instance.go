@@ -40,10 +40,11 @@ const (
 
 // call is one call out to Redis.
 type call struct {
-	key  *keyState
-	kind callKind
-	cost float64
-	req  lease.Request
+	key   *keyState
+	kind  callKind
+	cost  float64
+	limit bucket.Limit // a plain acquire's
+	req   lease.Request
 }
 
 // instance is one bucketd in lease mode: its entries, owned (as a shard
@@ -68,7 +69,8 @@ func (in *instance) take(k *keyState, cost float64) {
 		e = new(lease.Entry)
 		in.entries[k.Name] = e
 	}
-	out, d, req, renew := p.Take(e, k.Limit, cost, now)
+	l := k.limitAt(s.loop.now)
+	out, d, req, renew := p.Take(e, l, cost, now)
 	switch out {
 	case lease.Local:
 		s.res.Decisions++
@@ -76,24 +78,23 @@ func (in *instance) take(k *keyState, cost float64) {
 			k.check.allow(cost, s.loop.now)
 		}
 		if renew {
-			in.send(k, renewal, 0, p.Renew(e, now))
+			in.send(call{key: k, kind: renewal, req: p.Renew(e, now)})
 		}
 	case lease.Ask:
-		in.send(k, clientLease, cost, req)
+		in.send(call{key: k, kind: clientLease, cost: cost, req: req})
 	case lease.Plain:
 		s.res.PlainCalls++
-		in.send(k, clientPlain, cost, lease.Request{})
+		in.send(call{key: k, kind: clientPlain, cost: cost, limit: l})
 	}
 }
 
 // send puts a call on the network, and arms its timeout on the
 // instance's clock.
-func (in *instance) send(k *keyState, kind callKind, cost float64, req lease.Request) {
+func (in *instance) send(c call) {
 	s := in.s
 	s.res.RedisCalls++
 	id := in.next
 	in.next++
-	c := call{key: k, kind: kind, cost: cost, req: req}
 	in.pending[id] = c
 	s.loop.at(s.loop.now+in.clock.trueDur(s.cfg.Timeout), func() { in.timeout(id) })
 	d, lost := s.cfg.Net.leg(s.rng)
@@ -167,7 +168,7 @@ func (in *instance) sweep() {
 			delete(in.entries, k.Name)
 		case p.Unused(e, now):
 			if r, ok := p.GiveBack(e, now); ok {
-				in.send(k, giveBack, 0, r)
+				in.send(call{key: k, kind: giveBack, req: r})
 			}
 		}
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestCheckerFindsTheBusiestWindow(t *testing.T) {
-	c := checker{limit: bucket.Limit{Capacity: 10, Rate: 10}}
+	c := checker{key: Key{Limit: bucket.Limit{Capacity: 10, Rate: 10}}}
 	for _, g := range []grant{{0, 5}, {50_000, 5}, {100_000, 1}, {100_001, 4}, {300_000, 1}} {
 		c.allow(g.cost, g.at)
 	}
@@ -27,7 +27,7 @@ func TestCheckerFindsTheBusiestWindow(t *testing.T) {
 }
 
 func TestIdealBucketGrantsWhatOneBucketWould(t *testing.T) {
-	c := checker{limit: bucket.Limit{Capacity: 10, Rate: 10}}
+	c := checker{key: Key{Limit: bucket.Limit{Capacity: 10, Rate: 10}}}
 	for i := range 100 { // 1 s of 100 calls a second: capacity + rate*1s
 		c.demand(1, int64(i)*10_000)
 	}
@@ -141,6 +141,51 @@ func TestRealDesignKeepsTheBound(t *testing.T) {
 			}
 			if r.Decisions < r.Calls*99/100 {
 				t.Errorf("seed %d answered %d of %d calls: %v", seed, r.Decisions, r.Calls, r)
+			}
+		}
+	}
+}
+
+func TestCheckerJudgesEachWindowByTheLimitInForce(t *testing.T) {
+	k := Key{Limit: bucket.Limit{Capacity: 10, Rate: 10}, Then: bucket.Limit{Capacity: 2, Rate: 10}, At: 1_000_000}
+	c := checker{key: k}
+	c.allow(10, 0)        // the old bucket's capacity: within 11
+	c.allow(3, 1_500_000) // after the change, 3 in 100 ms against 2 + 1
+	c.allow(1, 1_550_000) // 4 against 3: over by 1
+	w := c.window(100_000)
+	if w.At != 1_500_000 || w.Max != 4 || w.Bound != 3 || w.Over != 1 {
+		t.Fatalf("%+v, want the window at 1.5 s: 4 against the new limit's 3, over 1", w)
+	}
+	if b := c.bound(950_000, 100_000); b != 11 {
+		t.Fatalf("a window across the change is bounded by %v, want the larger limit's 11", b)
+	}
+}
+
+// changing is TrapKeys whose limits change at 40% of the run: k0's
+// capacity halves, fast's rate falls tenfold as its capacity doubles.
+func changing(d int64) []Key {
+	ks := append([]Key(nil), TrapKeys...)
+	ks[0].Then, ks[0].At = bucket.Limit{Capacity: 50, Rate: 100}, d*4/10
+	ks[1].Then, ks[1].At = bucket.Limit{Capacity: 200, Rate: 100}, d*4/10
+	return ks
+}
+
+func TestLimitChangesKeepTheBound(t *testing.T) {
+	for _, seed := range []uint64{1, 2} {
+		for _, sh := range []Shape{Uniform, Bursts} {
+			cfg := trap(seed)
+			cfg.Duration = 10_000_000
+			if testing.Short() {
+				cfg.Duration = 3_000_000
+			}
+			cfg.Shape, cfg.Keys = sh, changing(cfg.Duration)
+			r := Run(cfg)
+			t.Log(r)
+			if r.Over() != 0 {
+				t.Errorf("a limit change over-grants: %v", r)
+			}
+			if r.Decisions < r.Calls*99/100 {
+				t.Errorf("answered %d of %d calls: %v", r.Decisions, r.Calls, r)
 			}
 		}
 	}

@@ -58,7 +58,7 @@ func Run(cfg Config) Result {
 		s.loop.at(uniform(s.rng, cfg.Duration/10, cfg.Duration*9/10), s.crash)
 	}
 	for _, k := range cfg.Keys {
-		ks := &keyState{Key: k, check: checker{limit: k.Limit}}
+		ks := &keyState{Key: k, check: checker{key: k}}
 		s.keys = append(s.keys, ks)
 		s.loop.at(s.nextArrival(ks, 0), func() { s.arrive(ks) })
 	}
@@ -187,7 +187,7 @@ func (s *sim) arrive(k *keyState) {
 const meanCost = 0.9 + 0.1*3.5
 
 // nextArrival draws the next arrival after t on key k: Poisson at the
-// rate of calls of the phase t is in (memoryless, so a draw that leaves
+// rate of calls of the phase t is in (relative to the key's first rate) (memoryless, so a draw that leaves
 // the phase starts afresh at the next one).
 func (s *sim) nextArrival(k *keyState, t int64) int64 {
 	for _, p := range s.phases {
@@ -212,7 +212,7 @@ func (s *sim) serve(in *instance, id uint64, c call) {
 	now := s.loop.now
 	var r bucket.LeaseReply
 	if c.kind == clientPlain {
-		r.Decision = s.redis.acquire(c.key.Name, c.key.Limit, c.cost, now)
+		r.Decision = s.redis.acquire(c.key.Name, c.limit, c.cost, now)
 	} else {
 		q := c.req
 		r = s.redis.lease(c.key.Name, q.Limit, q.Cost, now, bucket.LeaseCall{
