@@ -56,19 +56,21 @@ func (s *scripted) drain() {
 	}
 }
 
-// A shard forgets an idle entry that holds nothing (Forgettable), and a
-// new entry for the key starts again at Gen 0: the holder of its record,
-// X-0, is the one of the forgotten entry's first record. A call of the old
-// entry that reaches Redis late (it failed, and Redis ran it 2.6 s after
-// the send, past calls sent later: a stall, another connection) carries
-// the old epoch, so Redis drops the new entry's live record as spent (its
-// room refills) while the new entry still spends the lease, within its
-// deadline: the bucket and that lease grant together more than one bucket
-// would. The same happens to an instance restarted under the same id.
-//
-// This test shows the hole as it is (a window over its bound); when
-// holders no longer repeat, it fails, and should then assert Over == 0.
-func TestKnownHoleARepeatedHolderLetsALateCallFreeALiveLease(t *testing.T) {
+// TestARepeatedHolderWouldLetALateCallFreeALiveLease is the naive design
+// that record generations rule out: a shard forgets an idle entry that
+// holds nothing (Forgettable), and here a new entry for the key starts
+// again at Gen 0, so the holder of its record, X-0, is the one of the
+// forgotten entry's first record. A call of the old entry that reaches
+// Redis late (it failed, and Redis ran it 2.6 s after the send, past calls
+// sent later: a stall, another connection) carries the old epoch, so
+// Redis drops the new entry's live record as spent (its room refills)
+// while the new entry still spends the lease, within its deadline: the
+// bucket and that lease grant together more than one bucket would. The
+// shards never repeat a generation for a key (internal/shard's
+// TestALeaseRecordIsNeverReusedForAKey) and the instance id is new at
+// every start, so this cannot happen to bucketd; the test keeps the reason
+// in view: it must show the window over its bound.
+func TestARepeatedHolderWouldLetALateCallFreeALiveLease(t *testing.T) {
 	s := &scripted{t: t, p: lease.DefaultPolicy, l: bucket.Limit{Capacity: 100, Rate: 100}, now: 1_000}
 	s.c.key = Key{Limit: s.l}
 	old := &lease.Entry{}
@@ -104,6 +106,6 @@ func TestKnownHoleARepeatedHolderLetsALateCallFreeALiveLease(t *testing.T) {
 	w := s.c.window(100_000)
 	t.Logf("busiest 100 ms: %+v", w)
 	if w.Over == 0 {
-		t.Fatalf("the hole is closed (%+v): make this test assert the bound", w)
+		t.Fatalf("a repeated holder kept the bound (%+v): the test no longer shows why generations must not repeat", w)
 	}
 }

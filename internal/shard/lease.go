@@ -41,6 +41,18 @@ type leases struct {
 	// peak is the most entries m has held since it was last made anew: a
 	// Go map never shrinks, and the sweep walks its empty slots too.
 	peak int
+	// gen is the last record generation handed out. Every entry made and
+	// every record given up takes the next one, so a key never goes back
+	// to a record an earlier entry or call of it used, however often its
+	// entry is forgotten and made again (lease rule 2); the instance id,
+	// new at each start, does the same across restarts.
+	gen uint32
+}
+
+// nextGen hands out a record generation no entry of this shard has used.
+func (l *leases) nextGen() uint32 {
+	l.gen++
+	return l.gen
 }
 
 // LeaseCounts are the tokens a shard's leases moved, in millionths of a
@@ -64,7 +76,7 @@ func (s *shard) leaseEntry(o *op) *lease.Entry {
 	if len(s.leases.m) >= MaxLeaseEntries {
 		return nil
 	}
-	e := new(lease.Entry)
+	e := &lease.Entry{Gen: s.leases.nextGen()}
 	s.leases.m[string(o.Key)] = e
 	s.leases.peak = max(s.leases.peak, len(s.leases.m))
 	return e
@@ -146,6 +158,7 @@ func (s *shard) leaseDrop(e *lease.Entry, givenBack float64) {
 	had := held(e)
 	s.leaseTokens.Dropped.Add(micro(e.Tokens + givenBack))
 	s.leases.cfg.Policy.Fail(e)
+	e.Gen = s.leases.nextGen() // not Fail's Gen+1, which another entry of the key may have used
 	s.recount(had, e)
 }
 
@@ -231,4 +244,20 @@ func (g *Group) LeaseTokens() (leased, returned, dropped float64) {
 		dropped += float64(s.leaseTokens.Dropped.Load()) / 1e6
 	}
 	return leased, returned, dropped
+}
+
+// LeaseEntries is the number of lease entries the shards keep, for tests
+// and for sizing.
+func (g *Group) LeaseEntries() (int, error) {
+	n := 0
+	for i := range g.shards {
+		if err := g.on(i, func(s *shard, _ int64) {
+			if s.leases != nil {
+				n += len(s.leases.m)
+			}
+		}); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
