@@ -193,6 +193,13 @@ func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Reque
 	}
 	e.Size = p.size(e, l)
 	r.Want = max(0, e.Size-usable)
+	if p.prior(e, cost)*float64(p.Target)/1e6 < max(cost, 1) {
+		// Without this call the key's demand is worth less than one call
+		// over a lease period: a lease could answer no further call and
+		// would only cost a give-back (a rare key costs one call, as in
+		// store mode).
+		r.Want = 0
+	}
 	r.Holding = usable
 	e.Spent = 0
 	e.InFlight, e.SentAt, e.sentLimit = true, now, l
@@ -291,6 +298,16 @@ func (p Policy) Forgettable(e *Entry, now int64) bool {
 // Redis calls many, for seconds at --lease-target 1s.
 const demandWindow = 200_000
 
+// tau is the time constant of the demand estimate, µs.
+func (p Policy) tau() float64 { return float64(min(max(p.Target, 1), demandWindow)) }
+
+// prior is the key's demand without the call of cost that observe just
+// counted: a single call alone reads as a rate of cost/tau, which would
+// size a lease for a key asked once.
+func (p Policy) prior(e *Entry, cost float64) float64 {
+	return max(0, e.Demand-cost*1e6/p.tau())
+}
+
 // observe folds a call of cost at now into the key's demand: an
 // exponentially decaying rate with a time constant of Target, at most
 // demandWindow, so a lease follows a change of load quickly.
@@ -299,7 +316,7 @@ func (p Policy) observe(e *Entry, cost float64, now int64) {
 	if e.Last == 0 || dt < 0 {
 		dt = 0
 	}
-	tau := float64(min(max(p.Target, 1), demandWindow))
+	tau := p.tau()
 	decay := math.Exp(-float64(dt) / tau)
 	e.Demand = e.Demand*decay + cost*1e6/tau
 	e.Last = now

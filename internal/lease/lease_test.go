@@ -267,3 +267,21 @@ func TestTheLeaseAnswersBeforeADenial(t *testing.T) {
 		t.Fatalf("a lease of 5, Redis empty: %v %+v, want allowed from the lease", o, d)
 	}
 }
+
+// TestALeaseTooSmallForACallIsNotTaken: a key asked rarely on an instance
+// has a demand worth less than one call's cost over a lease period; such a
+// lease could answer nothing and would cost a give-back call later, so the
+// call asks for none (a cold key costs one Redis call, as in store mode).
+func TestALeaseTooSmallForACallIsNotTaken(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	now := int64(1_000_000)
+	for i := range 5 { // one call a second
+		o, _, req, _ := p.Take(&e, lim, 1, now)
+		if o != Ask || req.Want != 0 {
+			t.Fatalf("call %d, a second apart: %v want %v, want Ask for no lease", i, o, req.Want)
+		}
+		p.Apply(&e, Reply{Decision: bucket.Decision{Allowed: true, Remaining: 900}}, 1, now+1000)
+		now += 1_000_000
+	}
+}
