@@ -217,6 +217,13 @@ func (p Policy) size(e *Entry, l bucket.Limit) float64 {
 // be spent until the deadline (rule 1); a denial is remembered (rule 4).
 func (p Policy) Apply(e *Entry, r Reply, cost float64, now int64) {
 	e.InFlight = false
+	if r.Epoch != e.Epoch {
+		// Not the record the call reported on: Redis dropped that one
+		// (lapsed, or of an epoch it no longer knows) and counted all it
+		// held as spent, so what went out of it since the send is no
+		// part of the new record's count, nor of its reports (rule 2).
+		e.Spent = 0
+	}
 	e.Limit, e.Epoch = e.sentLimit, r.Epoch
 	e.RedisTokens = float64(r.Decision.Remaining)
 	if r.Epoch == 0 {

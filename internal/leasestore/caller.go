@@ -92,7 +92,7 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	}
 	local, err := c.runShards()
 	if err != nil {
-		return nil, err
+		return nil, c.closedErr(err)
 	}
 	remote, err := c.runRedis()
 	if err == nil {
@@ -102,9 +102,19 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 		err = aerr
 	}
 	if err != nil {
-		return nil, err
+		return nil, c.closedErr(err)
 	}
 	return c.answers, nil
+}
+
+// closedErr is err, or ErrClosed when the store was closed meanwhile: a
+// Run that began before Close meets the closed shards (or Redis store)
+// and their own error, which the caller must not have to know.
+func (c *Caller) closedErr(err error) error {
+	if c.s.closed.Load() {
+		return ErrClosed
+	}
+	return err
 }
 
 // runShards sends the TB.ACQUIREs to the shards, numbering their answers.

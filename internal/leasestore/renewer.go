@@ -81,17 +81,24 @@ func (r *renewer) close() {
 	<-r.done
 }
 
+// loop sends the queue batch by batch. Once closed, a batch to which
+// Redis replied nothing means Redis is not answering: the rest of the
+// queue goes back to the shards as failed without being sent, so Close
+// waits about one Redis timeout, not one per batch (invariant 2).
 func (r *renewer) loop() {
 	defer close(r.done)
+	lost := false // closed, and Redis replied nothing to a batch since
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), maxRenewBatch)
 		r.batch = append(r.batch[:0], r.queue[:n]...)
 		r.queue = append(r.queue[:0], r.queue[n:]...)
-		closed := r.closed && len(r.queue) == 0
+		closing := r.closed
+		closed := closing && len(r.queue) == 0
 		r.mu.Unlock()
 		if n > 0 {
-			r.send()
+			answered := r.send(!lost)
+			lost = lost || closing && !answered
 			continue
 		}
 		if closed {
@@ -101,26 +108,37 @@ func (r *renewer) loop() {
 	}
 }
 
-// send sends one batch to Redis and its replies to the shards.
-func (r *renewer) send() {
+// send sends one batch to Redis (unless toRedis is false: then every call
+// fails unsent) and its replies to the shards, and reports whether Redis
+// replied to any call of it.
+func (r *renewer) send(toRedis bool) bool {
 	if cap(r.ops) < len(r.batch) {
 		r.ops = make([]decide.LeaseOp, len(r.batch))
 	}
 	r.ops = r.ops[:len(r.batch)]
 	for i, c := range r.batch {
 		r.ops[i] = decide.LeaseOp{Call: c.req}
-		r.redis.Add(decide.Request{Kind: decide.Lease, Key: []byte(c.key), Limit: c.limit, Lease: &r.ops[i]})
 	}
-	r.s.n.leaseCalls.Add(int64(len(r.batch)))
-	_, err := r.redis.Run()
+	var err error
+	if toRedis {
+		for i, c := range r.batch {
+			r.redis.Add(decide.Request{Kind: decide.Lease, Key: []byte(c.key), Limit: c.limit, Lease: &r.ops[i]})
+		}
+		r.s.n.leaseCalls.Add(int64(len(r.batch)))
+		_, err = r.redis.Run()
+	}
+	answered := false
 	for i, c := range r.batch {
 		k := decide.LeaseApply
 		if err != nil || !r.ops[i].Replied {
 			k = decide.LeaseFail
 			r.s.n.failed.Add(1)
+		} else {
+			answered = true
 		}
 		r.shards.Add(decide.Request{Kind: k, Key: []byte(c.key), Lease: &r.ops[i]})
 	}
 	r.shards.Run() //nolint:errcheck // the shards close after the renewer
 	clear(r.batch)
+	return answered
 }

@@ -27,16 +27,42 @@
 // other instances: a lease's tokens are this instance's alone);
 // CL.THROTTLE is not available, as in store mode.
 //
-// Invariants (the lease rules of internal/lease hold for every entry):
+// Invariants (the lease rules of internal/lease hold for every entry);
+// each names the tests that hold the code to it:
 //
 //  1. Every lease call the shards ask for is answered to them, by Apply
 //     when Redis replied and by Fail when it did not, before the Caller's
 //     Run returns (for calls of a Run) or before the renewer takes its next
 //     batch (for the calls the shards started): an entry is never left in
 //     flight, which would send every later call of its key to Redis.
-//  2. Close gives every lease back through the renewer, waits for those
-//     calls within the Redis timeout, and only then closes the shards; a
-//     Caller used after Close gets ErrClosed.
+//     TestRedisDownRunsReturnWithinTheTimeoutAndKeysLeaseAgain (a key held
+//     and a key first asked while Redis was down both lease again after).
+//  2. Close gives every lease back through the renewer and waits for those
+//     calls about one Redis timeout when Redis does not answer (once
+//     closed, a batch Redis replied nothing to makes the renewer fail the
+//     rest of its queue unsent), and only then closes the shards; a Run
+//     racing Close returns, and a Caller used after Close gets ErrClosed at
+//     once. TestCloseWhileRunsAreInFlightAndRedisIsPaused,
+//     TestCloseWithManyLeasesAndRedisPausedTakesOneTimeout.
+//  3. Every Run returns within about the Redis timeout whatever Redis does
+//     (slow, paused, down): nothing waits on Redis but the Redis store,
+//     which bounds every reply. TestRedisDownRunsReturnWithinTheTimeoutAndKeysLeaseAgain,
+//     TestRenewerQueueFullDropsTheLease.
+//  4. What a client can make the store hold is bounded: lease entries by
+//     shard.MaxLeaseEntries per shard, the renewer's queue by
+//     maxRenewQueue; a renewal or give-back the full queue refuses drops
+//     the lease (lease rule 2), never blocks a shard.
+//     TestRenewerQueueFullDropsTheLease.
+//  5. The instances together never grant more, in any window of length w,
+//     than capacity + rate*w: through Redis paused past the lease TTL,
+//     replies later than the Redis timeout, TB.RESET racing renewals, calls
+//     with another limit while a lease is held, and TB.MACQUIRE, which
+//     counts the leases out. TestThreeInstancesNeverOverGrantThroughFaults,
+//     TestResetRacingRenewalsNeverOverGrants,
+//     TestParameterChangesWhileLeasesAreHeldNeverOverGrant,
+//     TestMacquireCountsTheLeasesOut, TestMacquireBesideHotLeasesNeverOverGrants.
+//  6. A hot key answered from its lease allocates nothing per call.
+//     TestHotKeySteadyStateAllocatesNothing.
 package leasestore
 
 import (
@@ -113,7 +139,7 @@ func (s *Store) Stats() decide.Stats {
 }
 
 // Close gives every lease back, then stops the renewer and the shards
-// (invariant 2).
+// (invariant 2). Safe to call more than once.
 func (s *Store) Close() {
 	if s.closed.Swap(true) {
 		return
