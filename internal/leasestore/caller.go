@@ -181,6 +181,7 @@ func (c *Caller) addMiss(it *item) bool {
 		r.Kind, r.Lease = decide.Lease, op
 	default:
 		c.s.n.plainCalls.Add(1)
+		r.Lease = op // the Redis store says in it whether Redis answered (lease rule 4)
 	}
 	c.redis.Add(r)
 	return true
@@ -200,9 +201,6 @@ func (c *Caller) collect(local, remote []decide.Answer) {
 				c.s.n.fromRedis.Add(1)
 				if a.Decision.Allowed {
 					c.s.n.allowed.Add(1)
-				}
-				if op := it.req.Lease; op.Outcome == lease.Plain {
-					op.Reply.Decision, op.Replied = a.Decision, true // for the shards' rule 4
 				}
 			}
 		default:

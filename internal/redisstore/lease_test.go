@@ -168,3 +168,30 @@ func TestLeaseTimeoutLeavesUnreplied(t *testing.T) {
 		t.Fatalf("after resume: %+v, exchange %+v; want Redis answering and the late call unreplied", d, op)
 	}
 }
+
+// TestPlainAcquireSaysWhetherRedisAnswered: lease mode sends a key's
+// plain acquires with the key's exchange, and reads from it whether the
+// answer is Redis's (which its local denials follow, lease rule 4) or the
+// policy's. A fail-open policy's "allowed, 0 remaining" taken for Redis's
+// would deny the key locally for cost/rate after every outage.
+func TestPlainAcquireSaysWhetherRedisAnswered(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(storeOptions())
+	s := startStore(t, rdb, Config{Prefix: "tb:", Timeout: 50 * time.Millisecond, Instance: "i1", FailOpen: true})
+	loadScript(t, s)
+	l := bucket.Limit{Capacity: 10, Rate: 1}
+	plain := func() (decide.Answer, *decide.LeaseOp) {
+		op := &decide.LeaseOp{Outcome: lease.Plain}
+		return run1(t, s, decide.Request{Kind: decide.Acquire, Key: []byte("k"), Limit: l, Cost: 1, Lease: op}), op
+	}
+	a, op := plain()
+	if !a.Decision.Allowed || !op.Replied || op.Reply.Decision != a.Decision {
+		t.Fatalf("plain acquire: answer %+v, exchange %+v; want Redis's answer in the exchange, replied", a, op)
+	}
+	srv.Pause()
+	a, op = plain()
+	srv.Resume()
+	if a.Decision != FailOpenDecision() || op.Replied {
+		t.Fatalf("plain acquire during a pause: answer %+v, exchange %+v; want the policy's, not replied", a, op)
+	}
+}

@@ -361,7 +361,7 @@ func (s *Store) settleReply(p *pipe, i int, b *redisscript.Batch) error {
 	if !p.answered[i].CompareAndSwap(0, 1) {
 		return nil // the timer answered it
 	}
-	if replied {
+	if replied && ref.lease != nil {
 		ref.lease.Reply, ref.lease.Replied = lr, true
 	}
 	s.count(ref.kind, r, err)
@@ -369,14 +369,18 @@ func (s *Store) settleReply(p *pipe, i int, b *redisscript.Batch) error {
 	return err
 }
 
-// leaseOutcome is outcome that also returns, for a lease call the script
-// answered, its reply and true: the call's own decision is the answer's.
-// Any other outcome of a lease call (no reply, an error reply) leaves the
-// call unreplied, and the answer is the policy's (WRONGTYPE: the error).
+// leaseOutcome is outcome that also returns, for a lease call or an
+// acquire the script answered, its reply and true: the call's own decision
+// is the answer's. Lease mode reads it from the request's exchange, for a
+// lease call and for a plain acquire (lease rule 4), and must tell Redis's
+// answer from the policy's: any other outcome (no reply, an error reply)
+// leaves the call unreplied, and the answer is the policy's (WRONGTYPE:
+// the error).
 func (s *Store) leaseOutcome(k decide.Kind, v any, err error) (decide.Answer, lease.Reply, bool, error) {
 	if k != decide.Lease || err != nil {
 		a, err := s.outcome(k, v, err)
-		return a, lease.Reply{}, false, err
+		replied := k == decide.Acquire && err == nil && a.Err == nil
+		return a, lease.Reply{Decision: a.Decision}, replied, err
 	}
 	r, err := redisscript.ParseLease(v)
 	if err != nil {

@@ -133,7 +133,7 @@ func (s *Store) txAnswer(ops []op, remote []int, j int, b *redisscript.Batch, re
 		v, err := b.Reply(k)
 		o := &ops[remote[k]]
 		a, lr, replied, err := s.leaseOutcome(o.Kind, v, err)
-		if replied {
+		if replied && o.Lease != nil {
 			o.Lease.Reply, o.Lease.Replied = lr, true
 		}
 		results[remote[k]] = a
