@@ -23,8 +23,9 @@ type LeaseConfig struct {
 	Policy lease.Policy
 	// Outbox takes a lease call the shard starts by itself: a renewal
 	// ahead of need, or an idle lease given back. It must not block; it
-	// reports false when it cannot take the call, which the shard then
-	// counts as failed (the lease is dropped, lease rule 2).
+	// reports false when it cannot take the call, and the shard then drops
+	// the lease as a call without a reply would (lease rule 2; its tokens
+	// are counted in LeaseCounts.Dropped).
 	Outbox func(key string, limit bucket.Limit, r lease.Request) bool
 }
 
