@@ -57,6 +57,14 @@ type instance struct {
 	entries map[string]*lease.Entry
 	pending map[uint64]call
 	next    uint64
+	gen     uint32 // the last record generation handed out, as a shard's (internal/shard)
+}
+
+// nextGen hands out a record generation the instance has not used, as
+// internal/shard does for new entries and after failed calls.
+func (in *instance) nextGen() uint32 {
+	in.gen++
+	return in.gen
 }
 
 // take answers a client's call of cost on key k, as shard.leaseTake and
@@ -66,7 +74,7 @@ func (in *instance) take(k *keyState, cost float64) {
 	now := in.clock.local(s.loop.now)
 	e := in.entries[k.Name]
 	if e == nil {
-		e = new(lease.Entry)
+		e = &lease.Entry{Gen: in.nextGen()}
 		in.entries[k.Name] = e
 	}
 	l := k.limitAt(s.loop.now)
@@ -114,6 +122,9 @@ func (in *instance) reply(id uint64, r bucket.LeaseReply, ranAt int64) {
 	}
 	delete(in.pending, id)
 	s := in.s
+	if e := in.entries[c.key.Name]; c.kind == clientPlain && e != nil {
+		s.cfg.Policy.PlainReply(e, c.limit, r.Decision, c.cost, in.clock.local(s.loop.now)) // rule 4
+	}
 	if c.kind != clientPlain {
 		e := in.entries[c.key.Name]
 		if e != nil && e.InFlight {
@@ -144,6 +155,7 @@ func (in *instance) timeout(id uint64) {
 	if c.kind != clientPlain {
 		if e := in.entries[c.key.Name]; e != nil && e.InFlight {
 			s.cfg.Policy.Fail(e)
+			e.Gen = in.nextGen()
 		}
 	}
 	if c.kind == clientLease || c.kind == clientPlain {
