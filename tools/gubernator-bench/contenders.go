@@ -45,21 +45,28 @@ type gubernatorContender struct {
 	addrs     []string
 	algorithm gubernator.Algorithm
 	lim       limit
+	window    time.Duration // Gubernator's duration; 0: capacity/rate
 }
 
 func (g *gubernatorContender) name() string { return g.label }
 
-// request is the RateLimitReq for the contender's bucket: Gubernator's
-// limit is per duration, so capacity tokens per capacity/rate seconds.
-// TOKEN_BUCKET is a window of that duration that resets to full at its
-// end; LEAKY_BUCKET leaks one token per duration/limit with burst
-// capacity, the same bucket as bucketd's.
+// request is the RateLimitReq for the contender's bucket. Gubernator's
+// limit is a count per duration: by default capacity tokens per
+// capacity/rate seconds (window 0), or rate*window per window. For
+// TOKEN_BUCKET that is a window which resets to full at its end; for
+// LEAKY_BUCKET a leak of one token per duration/limit with burst capacity,
+// the same bucket as bucketd's whatever the window.
 func (g *gubernatorContender) request(runID string) *gubernator.RateLimitReq {
+	lim, durMillis := g.lim.capacity, int64(float64(g.lim.capacity)/g.lim.ratePerSec*1000)
+	if g.window > 0 {
+		durMillis = g.window.Milliseconds()
+		lim = int64(g.lim.ratePerSec * g.window.Seconds())
+	}
 	return &gubernator.RateLimitReq{
 		Name:      "bench-" + runID,
 		Hits:      1,
-		Limit:     g.lim.capacity,
-		Duration:  int64(float64(g.lim.capacity) / g.lim.ratePerSec * 1000), // milliseconds
+		Limit:     lim,
+		Duration:  durMillis,
 		Burst:     g.lim.capacity,
 		Algorithm: g.algorithm,
 		Behavior:  gubernator.Behavior_GLOBAL,

@@ -72,6 +72,7 @@ type options struct {
 	duration    time.Duration
 	reps        int
 	syncWait    time.Duration
+	window      time.Duration
 	jsonOut     string
 	command     string
 }
@@ -91,6 +92,7 @@ func parseDriverFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of every run")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; the table has medians")
 	fs.DurationVar(&o.syncWait, "global-sync-wait", 0, "Gubernator's GlobalSyncWait on both peers (0: its default, 100ms)")
+	fs.DurationVar(&o.window, "gubernator-window", 0, "Gubernator's duration: the limit is rate x this per this, burst capacity (0: capacity per capacity/rate)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every run as JSON to this `file`")
 	fs.StringVar(&o.command, "command", "", "the command line to print above the table (default: this one)")
 	if err := fs.Parse(args); err != nil {
@@ -101,6 +103,8 @@ func parseDriverFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case o.keys < 1 || o.capacity < 1 || o.rate <= 0 || o.reps < 1 || o.duration <= 0:
 		return o, errors.New("--keys, --capacity, --reps must be at least 1, --rate and --duration positive")
+	case o.window < 0 || (o.window > 0 && int64(o.rate*o.window.Seconds()) < 1):
+		return o, errors.New("--gubernator-window must be 0 or long enough for a limit of at least 1")
 	case o.clients < 2 || o.clients%2 != 0:
 		return o, errors.New("--clients must be even and at least 2: half go to each peer or instance")
 	}
@@ -178,7 +182,7 @@ func runDriver(args []string, stdout, stderr io.Writer) error {
 			if name == "gubernator-leaky" {
 				alg = gubernator.Algorithm_LEAKY_BUCKET
 			}
-			order = append(order, entry{&gubernatorContender{label: name, addrs: addrs, algorithm: alg, lim: lim}, ppids})
+			order = append(order, entry{&gubernatorContender{label: name, addrs: addrs, algorithm: alg, lim: lim, window: o.window}, ppids})
 		case "bucketd":
 			addrs := splitList(o.bucketd)
 			if len(addrs) == 0 {

@@ -49,9 +49,10 @@ func printReport(w io.Writer, o options, results []runResult, batches []int, fir
 		"%d clients in closed loops, half on each of two peers or instances; %v a run, %d repetitions, medians, contenders rotated (first: %s)\n",
 		o.keys, o.capacity, o.rate, idealT, float64(o.capacity)+o.rate*idealT, float64(o.keys)*(float64(o.capacity)+o.rate*idealT),
 		o.clients, o.duration, o.reps, first)
+	req := (&gubernatorContender{lim: limit{capacity: o.capacity, ratePerSec: o.rate}, window: o.window}).request("")
 	fmt.Fprintf(w, "- Gubernator v2.13.0, two peers as processes on 127.0.0.1 and 127.0.0.2 (static peer list), Behavior GLOBAL, "+
 		"limit %d per %d ms (burst %d), GlobalSyncWait %s\n",
-		o.capacity, int64(float64(o.capacity)/o.rate*1000), o.capacity, syncWaitText(o.syncWait))
+		req.Limit, req.Duration, req.Burst, syncWaitText(o.syncWait))
 	fmt.Fprintln(w, "- grants above one bucket: for each key its most grants replied in any window of w, less floor(capacity + rate x (w + the run's slowest round trip)), summed over the keys when positive")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | decisions per round trip | decisions/s | grants / ideal | grants above one bucket, 100 ms | grants above one bucket, 1 s | worst key, 1 s / bound | round trip p50 / p99 / max ms | server CPU µs per decision | errors |")
