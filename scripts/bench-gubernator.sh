@@ -18,7 +18,8 @@
 # (REPS=1 and DURATION=3s: under a minute once built), LEASE_FLAGS (extra
 # flags for both bucketd instances, e.g. "--lease-target 500ms"),
 # GUBERNATOR_SYNC_WAIT (Gubernator's GlobalSyncWait; unset: its default,
-# 100ms), BUCKETD_BIN and BENCH_BIN (unset: built here), JSON (a file for
+# 100ms), GUBERNATOR_WINDOW (Gubernator's duration: a limit of rate x
+# this per this, burst 100; unset: 100 per 2 s), BUCKETD_BIN and BENCH_BIN (unset: built here), JSON (a file for
 # every run as JSON). The first build of the tool downloads Gubernator and
 # its dependencies from the Go module proxy and takes minutes.
 set -euo pipefail
@@ -105,10 +106,11 @@ load_before=$(cat /proc/loadavg)
 args=(--bucketd "$addr_a,$addr_b" --bucketd-pids "${bucketd_pid[a]},${bucketd_pid[b]},$redis_pid"
   --reps "$REPS" --duration "$DURATION" --clients "$CLIENTS" --keys "$KEYS")
 if [[ -n ${GUBERNATOR_SYNC_WAIT:-} ]]; then args+=(--global-sync-wait "$GUBERNATOR_SYNC_WAIT"); fi
+if [[ -n ${GUBERNATOR_WINDOW:-} ]]; then args+=(--gubernator-window "$GUBERNATOR_WINDOW"); fi
 if [[ -n ${JSON:-} ]]; then args+=(--json "$JSON"); fi
 log "running: gubernator-bench ${args[*]}"
 start_s=$SECONDS
-"$BENCH_BIN" "${args[@]}" --command "REPS=$REPS DURATION=$DURATION CLIENTS=$CLIENTS KEYS=$KEYS${LEASE_FLAGS:+ LEASE_FLAGS=\"$LEASE_FLAGS\"}${GUBERNATOR_SYNC_WAIT:+ GUBERNATOR_SYNC_WAIT=$GUBERNATOR_SYNC_WAIT} scripts/bench-gubernator.sh" \
+"$BENCH_BIN" "${args[@]}" --command "REPS=$REPS DURATION=$DURATION CLIENTS=$CLIENTS KEYS=$KEYS${LEASE_FLAGS:+ LEASE_FLAGS=\"$LEASE_FLAGS\"}${GUBERNATOR_SYNC_WAIT:+ GUBERNATOR_SYNC_WAIT=$GUBERNATOR_SYNC_WAIT}${GUBERNATOR_WINDOW:+ GUBERNATOR_WINDOW=$GUBERNATOR_WINDOW} scripts/bench-gubernator.sh" \
   >"$tmp/table.md" 2>"$tmp/runs.log" || {
   cat -- "$tmp/runs.log" "$tmp/table.md" >&2
   die "gubernator-bench failed"
