@@ -268,12 +268,12 @@ end_window() {
 # bucketd sends Redis to answer this script's INFO.
   awk -v id="$id" -v rep="$rep" -v dec="$dec" '$1 ~ /^cmdstat_.*\.calls$/ {
       c = $1; sub(/^cmdstat_/, "", c); sub(/\.calls$/, "", c)
-      if (c !~ /^(info|ping|command|config|client|hello|select|auth|dbsize)(\\|.*)?$/ && $2 > 0) print id, rep, c, $2, dec }' \
+      if (c !~ /^(info|ping|command|config|client|hello|select|auth|dbsize)(\|.*)?$/ && $2 > 0) print id, rep, c, $2, dec }' \
     "$tmp/w-redis.d" >>"$cmds"
   awk -v id="$id" -v rep="$rep" -v dec="$dec" -v al="$allowed" -v loc="$local_dec" -v held="$held" '
     $1 == "used_cpu_sys" || $1 == "used_cpu_user" { cpu += $2 }
     $1 ~ /^cmdstat_.*\.calls$/ { c = $1; sub(/^cmdstat_/, "", c); sub(/\.calls$/, "", c)
-      if (c !~ /^(info|ping|command|config|client|hello|select|auth|dbsize)(\\|.*)?$/) calls += $2
+      if (c !~ /^(info|ping|command|config|client|hello|select|auth|dbsize)(\|.*)?$/) calls += $2
       if (c == "evalsha" || c == "eval") ev += $2 }
     END { printf "%s %d %d %d %.5f %.6f %.6f %.4f %d\n", id, rep, dec, al, cpu * 1e6 / dec, calls / dec, ev / dec, loc / dec, held }' \
     "$tmp/w-redis.d" >>"$work"
