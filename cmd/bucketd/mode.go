@@ -20,8 +20,8 @@ import (
 // configured; store.go: Redis); the daemon knows only this interface, so a
 // new mode is one type, and a mode that lacks a part does not compile.
 type mode interface {
-	// name is the mode as the listening line says it: memory, replicate
-	// or store.
+	// name is the mode as the listening line says it: memory, replicate,
+	// store or leases.
 	name() string
 	// limiter is the store the commands decide with.
 	limiter() decide.Limiter
@@ -56,8 +56,15 @@ type mode interface {
 // openMode builds the mode cfg asks for and restores what it keeps on
 // disk, if anything.
 func openMode(ctx context.Context, cfg config.Config, logger *slog.Logger) (mode, error) {
+	if cfg.StoreMode() && cfg.Leases {
+		l, err := openLeases(ctx, cfg, logger)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	if cfg.StoreMode() {
-		s, err := openStore(ctx, cfg, logger)
+		s, err := openStore(ctx, cfg, logger, "")
 		if err != nil {
 			return nil, err // not a mode holding a nil *store
 		}

@@ -27,7 +27,10 @@ type store struct {
 	sentinels int                   // the Sentinels of --store's URL; 0 without
 }
 
-func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (*store, error) {
+// openStore connects to Redis; instance, when not "", is lease mode's
+// instance id, under which the Redis store names this process's lease
+// records.
+func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, instance string) (*store, error) {
 	client, err := newStoreClient(cfg)
 	if err != nil {
 		return nil, err
@@ -38,6 +41,8 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (*st
 		Timeout:  cfg.RedisTimeout,
 		FailOpen: cfg.OnRedisError == "allow",
 		Logger:   logger,
+		Instance: instance,
+		LeaseTTL: cfg.LeaseTTL,
 	})
 	if err != nil {
 		client.Close() //nolint:errcheck // the start failed already; err says why

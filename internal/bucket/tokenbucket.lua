@@ -1,7 +1,9 @@
 -- tokenbucket.lua: bucketd's token bucket on Redis. It computes exactly what
--- bucket.Acquire, bucket.Peek, bucket.Check and State.IsFull compute in Go
--- (same float64 operations in the same order), so Redis and bucketd's memory
--- agree bit for bit; internal/bucket/differential_test.go holds the two equal.
+-- bucket.Acquire, bucket.Peek, bucket.Check and State.IsFull compute in Go,
+-- and in lease mode what bucket.Stored's methods compute (same float64
+-- operations in the same order), so Redis and bucketd's memory agree bit for
+-- bit; internal/bucket/differential_test.go and differential_lease_test.go
+-- hold the two equal.
 -- Full documentation: docs/lua.md.
 --
 -- KEYS[1]  the bucket's key (any prefix is the caller's choice)
@@ -15,12 +17,21 @@
 --                 its ts, ARGV[6] its tokens; ARGV[3] is ignored.
 --   "del"         forget the bucket as of ARGV[5]; ARGV[1..3] are ignored.
 --   "acquireall"  a member of an all-or-nothing group (TB.MACQUIRE), below.
+--   "lease"       lease mode: a holder's lease call (Stored.Lease), below;
+--                 its arguments in ARGV[6].
+--   "reset"       TB.RESET in lease mode (Stored.Reset), as of ARGV[5] (now;
+--                 absent or empty: Redis TIME); ARGV[1..3] are ignored.
 -- ARGV[5]  now (acquire, peek, acquireall) or ts (put, del): Unix time in
 --          integer microseconds, 0 <= t < 2^53. For acquire, peek and
 --          acquireall it may be absent or empty: the script then reads Redis
 --          TIME.
 -- ARGV[6]  tokens (put only): finite, >= 0. On the first key of a group: the
---          number of keys in the group.
+--          number of keys in the group. For lease: one string,
+--          "<holder> <epoch> <consumed> <returned> <want> <ttl_us>" (the
+--          holder is everything before the last five words; epoch and ttl
+--          integer µs, ttl >= 1 and now + ttl < 2^53; consumed, returned
+--          and want finite, 0 to 1e15), so that every call keeps six
+--          arguments.
 --
 -- Reply to acquire, peek and acquireall: {allowed, remaining, retry_after_ms,
 -- reset_after_ms}, the four numbers of TB.ACQUIRE ... WITHINFO:
@@ -34,6 +45,10 @@
 -- a C cast, and 2^63 (the nearest double) would come out as -2^63.
 -- Reply to put and del: 1 when applied, 0 when skipped because the stored ts
 -- is newer than ARGV[5] (an older state never overwrites a newer one).
+-- Reply to lease: the four numbers of the call's own cost (remaining: what
+-- the bucket holds after the call, leases not counted), then the holder's
+-- record after the call: its epoch (0: no record) and held, the string
+-- "%.17g" of the float64. Reply to reset: 1 when the key existed, else 0.
 --
 -- Several buckets in one call: with n > 1 keys, ARGV holds six arguments per
 -- key, ARGV[6i-5 .. 6i] for KEYS[i] in the order above (an unused one
@@ -74,6 +89,36 @@
 -- microseconds}. A bucket that is full is deleted, never stored. The key's
 -- PEXPIRE is the time from now until it is full again, in ms rounded up, at
 -- least 2, at most MAX_TTL_MS (10 years).
+--
+-- Lease mode adds, per holder (an instance and its record generation), a
+-- record: field l:<holder> = "<epoch> <held %.17g> <expiry>", the tokens
+-- the holder may spend until expiry (Unix µs), and leases = the number of
+-- record fields. Every op reads HMGET tokens ts leases, and only when
+-- leases > 0 the records (HGETALL), so plain store mode pays one field
+-- more. With records: every op first lapses those with expiry <= now
+-- (their held is spent; it never goes back into tokens), the bucket
+-- refills only up to its room, capacity less what live records hold, and
+-- piecewise: up to each lapse with the room of the records live until
+-- then, so a bucket never refills for time its tokens were in a lease.
+-- acquire, peek and acquireall work against the room (remaining excludes
+-- leases; retry -1 only for a cost above the capacity). A key with records
+-- is always stored (ts, tokens, leases, the records), its PEXPIRE the time
+-- until it is full to capacity once every record has lapsed, so never
+-- before the latest expiry; when its last record goes, it is stored as
+-- above. Lease (Stored.Lease): the holder's record under another epoch
+-- than the call's is dropped as spent; under its epoch, held -= consumed
+-- (at least 0), then up to returned goes back into the bucket; the call's
+-- cost is taken if the bucket holds it (cost > capacity: denied, retry
+-- -1), and then up to want more moves into the record, which lives until
+-- now + ttl; a record left with nothing is deleted. Its epoch is set when
+-- it is made: max(now, the epoch of the holder's record dropped or lapsed
+-- in this call + 1), so epochs do not repeat for a holder. Reset with live
+-- records keeps them and stores the bucket as full to its room at ts (no
+-- tokens field): tokens come back only by refill when the records lapse,
+-- where a DEL would have let the bucket grant again what holders have.
+-- Sums over records run in one order, by (expiry, holder bytes), from the
+-- last to the first, as in Go. put and del ignore records (replication
+-- never has any).
 --
 -- The script is deterministic apart from the TIME call; Redis 5 and later
 -- replicate scripts by their effects, so no redis.replicate_commands() (gone
@@ -275,17 +320,306 @@ local function cost_now(A, base)
   return cost, now
 end
 
+-- lease_mode builds the functions of lease mode (the records, the piecewise
+-- refill, the lease and reset ops) the first time a call needs them: the
+-- script's body creates every local function anew on each EVALSHA, so a
+-- plain acquire pays for two closures here instead of a dozen.
+local function lease_mode()
+  -- less orders two strings byte by byte, as Go compares them: Lua's own <
+  -- follows the server's locale (Redis sets LC_COLLATE from the environment).
+  local function less(a, b)
+    for i = 1, math.min(#a, #b) do
+      local x, y = string.byte(a, i), string.byte(b, i)
+      if x ~= y then
+        return x < y
+      end
+    end
+    return #a < #b
+  end
+
+  -- before orders records as bucket.Stored's walks do: by expiry, then holder.
+  local function before(a, b)
+    if a.expiry ~= b.expiry then
+      return a.expiry < b.expiry
+    end
+    return less(a.holder, b.holder)
+  end
+
+  -- records reads key's lease records, the fields l:<holder> =
+  -- "<epoch> <held> <expiry>", sorted by before; a malformed one is ignored.
+  -- Only keys whose leases field is > 0 pay for it.
+  local function records(key)
+    local h, err = read('HGETALL', key)
+    if err then
+      return nil, err
+    end
+    local recs = {}
+    for i = 1, #h, 2 do
+      if string.sub(h[i], 1, 2) == 'l:' then
+        local e, held, x = string.match(h[i + 1], '^(%S+) (%S+) (%S+)$')
+        e, held, x = micros(e), number(held), micros(x)
+        if e and held and x and held >= 0 and held < math.huge then
+          recs[#recs + 1] = {holder = string.sub(h[i], 3), epoch = e, held = held, expiry = x}
+        end
+      end
+    end
+    table.sort(recs, before)
+    return recs
+  end
+
+  -- sum_from is what recs[i..#recs] hold, summed from the last to the i-th
+  -- (bucket's sumHeld, in its order, so that the float64 sums agree).
+  local function sum_from(recs, i)
+    local sum = 0
+    for j = #recs, i, -1 do
+      sum = sum + recs[j].held
+    end
+    return sum
+  end
+
+  -- room mirrors bucket's room: capacity less what leases hold, at least 0.
+  local function room(capacity, sum)
+    local r = capacity - sum
+    if r < 0 then
+      return 0
+    end
+    return r
+  end
+
+  -- live returns recs[i..#recs].
+  local function live_from(recs, i)
+    local out = {}
+    for j = i, #recs do
+      out[#out + 1] = recs[j]
+    end
+    return out
+  end
+
+  -- refill mirrors Stored.refill: the records with expiry <= now lapse, and
+  -- the bucket refills to now piecewise, up to each lapse with the room of
+  -- the records live until then, then with the room of those still live.
+  -- It returns the tokens and n, the number of records that lapsed
+  -- (recs[1..n]). A bucket with no state holds its room.
+  local function refill(tokens, ts, exists, capacity, rate, recs, now)
+    local n = 0
+    while n < #recs and recs[n + 1].expiry <= now do
+      n = n + 1
+    end
+    if not exists then
+      return room(capacity, sum_from(recs, n + 1)), n
+    end
+    for i = 1, n do
+      local e = recs[i].expiry
+      tokens = tokens_at(tokens, ts, room(capacity, sum_from(recs, i)), rate, e)
+      if e > ts then
+        ts = e
+      end
+    end
+    return tokens_at(tokens, ts, room(capacity, sum_from(recs, n + 1)), rate, now), n
+  end
+
+  -- decide_room mirrors bucket.decideRoom: decide against the room, with
+  -- retry -1 only for a cost above the capacity itself.
+  local function decide_room(capacity, rate, rm, cost, after, allowed)
+    local d = decide(rm, rate, cost, after, allowed)
+    if not allowed and cost <= capacity and cost > rm then
+      d[3] = ceil_ms(cost - after, rate)
+    end
+    return d
+  end
+
+  -- store_leased mirrors Stored.store and Stored.ExpireMillis for a key that
+  -- had records (had: their fields are deleted first) or has them (live,
+  -- sorted): with none left, store; with some, always stored, the key's
+  -- PEXPIRE the time until the bucket, refilled through every lapse, is full
+  -- to capacity, so never before the latest record's expiry. tokens =
+  -- math.huge is reset's form: no tokens field, full once the records lapse.
+  local function store_leased(key, capacity, rate, tokens, ts, live, had, now)
+    if had then
+      redis.call('DEL', key)
+    end
+    if #live == 0 then
+      store(key, capacity, rate, tokens, ts, now)
+      return
+    end
+    local args = {'HSET', key, 'ts', string.format('%.0f', ts), 'leases', #live}
+    if tokens < math.huge then
+      args[#args + 1], args[#args + 2] = 'tokens', string.format('%.17g', tokens)
+    end
+    for _, r in ipairs(live) do
+      args[#args + 1] = 'l:' .. r.holder
+      args[#args + 1] = string.format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry)
+    end
+    redis.call(unpack(args))
+    local latest = live[#live].expiry
+    local ms
+    if tokens == math.huge then
+      ms = ttl_ms(0, 1, 0, latest, now)
+    else
+      local full = refill(tokens, ts, true, capacity, rate, live, latest)
+      if latest > ts then
+        ts = latest
+      end
+      ms = ttl_ms(capacity, rate, full, ts, now)
+    end
+    redis.call('PEXPIRE', key, string.format('%.0f', ms))
+  end
+
+  -- acquire_leased mirrors Stored.Acquire for a key with records; cost 0 is
+  -- Stored.Peek, which writes nothing.
+  local function acquire_leased(key, capacity, rate, cost, now, tokens, ts, exists, recs)
+    local t, n = refill(tokens, ts, exists, capacity, rate, recs, now)
+    local live = live_from(recs, n + 1)
+    local allowed = t >= cost
+    if allowed then
+      t = t - cost
+    end
+    if cost ~= 0 then
+      local last = now
+      if exists and ts > now then
+        last = ts
+      end
+      store_leased(key, capacity, rate, t, last, live, true, now)
+    end
+    return decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
+  end
+
+  -- lease_args parses the lease op's ARGV[6], "<holder> <epoch> <consumed>
+  -- <returned> <want> <ttl_us>" (the holder is all before the last five
+  -- words); nil and an error reply when it is invalid.
+  local function lease_args(s, now)
+    local holder, e, consumed, returned, want, ttl
+    if s then
+      holder, e, consumed, returned, want, ttl = string.match(s, '^(.+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    end
+    if not holder then
+      return nil, redis.error_reply('ERR invalid lease: ARGV[6] must be "<holder> <epoch> <consumed> <returned> <want> <ttl_us>"')
+    end
+    local c = {holder = holder, epoch = micros(e), consumed = number(consumed),
+      returned = number(returned), want = number(want), ttl = micros(ttl)}
+    for _, x in ipairs({c.consumed, c.returned, c.want}) do
+      if not (x and x >= 0 and x <= MAX_NUM) then
+        return nil, redis.error_reply('ERR invalid lease: consumed, returned and want must be finite numbers >= 0')
+      end
+    end
+    if not (c.epoch and c.ttl and c.ttl >= 1 and now + c.ttl < TWO_53) then
+      return nil, redis.error_reply('ERR invalid lease: epoch and ttl must be integer microseconds, ttl >= 1, now + ttl < 2^53')
+    end
+    return c
+  end
+
+  -- lease mirrors Stored.Lease: the holder's record of another epoch is
+  -- dropped as spent; under its epoch the report is taken in (consumed is
+  -- spent, returned goes back into the bucket); the call's own cost is
+  -- taken if the bucket holds it, and then up to want more goes into the
+  -- record, which lives until now + ttl. A new record's epoch is
+  -- max(now, the dropped or lapsed record's + 1), so it never repeats for a
+  -- holder. Reply: the four numbers, the record's epoch and held (%.17g).
+  local function lease(key, capacity, rate, cost, now, tokens, ts, exists, recs, c)
+    local had = recs ~= nil
+    recs = recs or {}
+    local t, n = refill(tokens, ts, exists, capacity, rate, recs, now)
+    local prev = -1
+    for i = 1, n do
+      if recs[i].holder == c.holder then
+        prev = recs[i].epoch
+      end
+    end
+    local live, own = {}, nil
+    for i = n + 1, #recs do
+      local r = recs[i]
+      if r.holder ~= c.holder then
+        live[#live + 1] = r
+      elseif r.epoch ~= c.epoch then
+        prev = r.epoch
+      else
+        own = {holder = r.holder, epoch = r.epoch, held = r.held - c.consumed}
+        if own.held < 0 then
+          own.held = 0
+        end
+        local give = c.returned
+        if own.held < give then
+          give = own.held
+        end
+        own.held = own.held - give
+        t = t + give
+      end
+    end
+    local allowed = t >= cost
+    local held = own and own.held or 0
+    if allowed then
+      t = t - cost
+      local g = c.want
+      if t < g then
+        g = t
+      end
+      if g < 0 then
+        g = 0
+      end
+      t = t - g
+      held = held + g
+    end
+    local epoch = 0
+    if held > 0 then
+      epoch = own and own.epoch or math.max(now, prev + 1, 1)
+      local r = {holder = c.holder, epoch = epoch, held = held, expiry = now + c.ttl}
+      local at = #live + 1
+      while at > 1 and before(r, live[at - 1]) do
+        at = at - 1
+      end
+      table.insert(live, at, r)
+    else
+      held = 0
+    end
+    local last = now
+    if exists and ts > now then
+      last = ts
+    end
+    store_leased(key, capacity, rate, t, last, live, had, now)
+    local d = decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
+    d[5], d[6] = epoch, string.format('%.17g', held)
+    return d
+  end
+
+  return {records = records, sum_from = sum_from, room = room, refill = refill,
+    decide_room = decide_room, acquire_leased = acquire_leased,
+    lease_args = lease_args, lease = lease, store_leased = store_leased, live_from = live_from}
+end
+
+local leasing
+local function leased()
+  if not leasing then
+    leasing = lease_mode()
+  end
+  return leasing
+end
+
 -- stored reads key's state: tokens, ts and whether they are a valid state
 -- (anything else, no key or a missing or malformed field, is a bucket nobody
 -- has used: full); or, as a fourth value, the error reply of a key of
--- another type.
+-- another type. The fifth value is the lease records (sorted, see
+-- records) when the key's leases field says it has any, else nil: a key
+-- in plain store mode costs one HMGET, as before leases. A key with
+-- records and a ts but no tokens is the form reset leaves: full to its
+-- room at ts, tokens = math.huge (Go: +Inf).
 local function stored(key)
-  local st, err = read('HMGET', key, 'tokens', 'ts')
+  local st, err = read('HMGET', key, 'tokens', 'ts', 'leases')
   if err then
     return nil, nil, false, err
   end
   local tokens, ts = number(st[1]), micros(st[2])
-  return tokens, ts, tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge
+  local recs
+  local n = number(st[3])
+  if n and n > 0 then
+    recs, err = leased().records(key)
+    if err then
+      return nil, nil, false, err
+    end
+    if st[1] == false and ts then
+      return math.huge, ts, true, nil, recs
+    end
+  end
+  return tokens, ts, tokens ~= nil and ts ~= nil and tokens >= 0 and tokens < math.huge, nil, recs
 end
 
 -- holding mirrors the start of bucket.Peek and bucket.Check: the tokens the
@@ -300,7 +634,10 @@ end
 -- acquire mirrors bucket.Acquire on the state read by stored, and stores
 -- the outcome as the shards do; cost 0 is bucket.Peek: nothing is written
 -- and nothing is created.
-local function acquire(key, capacity, rate, cost, now, tokens, ts, exists)
+local function acquire(key, capacity, rate, cost, now, tokens, ts, exists, recs)
+  if recs then
+    return leased().acquire_leased(key, capacity, rate, cost, now, tokens, ts, exists, recs)
+  end
   if cost == 0 then
     local t = holding(tokens, ts, exists, capacity, rate, now)
     return decide(capacity, rate, cost, t, t >= cost)
@@ -318,6 +655,41 @@ local function acquire(key, capacity, rate, cost, now, tokens, ts, exists)
   end
   store(key, capacity, rate, t, ts, now)
   return decide(capacity, rate, cost, t, allowed)
+end
+
+-- reset mirrors Stored.Reset (TB.RESET in lease mode; ARGV[5] is now,
+-- absent or empty: Redis TIME): with no live records the key is deleted,
+-- as TB.RESET's DEL, whatever it holds; with records the bucket's state is
+-- forgotten and the records stay, so the tokens holders have are still
+-- counted. Reply: 1 when the key existed, else 0.
+local function reset(key, A, base)
+  local now
+  if A[base + 5] == nil or A[base + 5] == '' then
+    now = redis_now()
+  else
+    now = micros(A[base + 5])
+    if not now then
+      return redis.error_reply('ERR invalid now: must be an integer number of microseconds in [0, 2^53)')
+    end
+  end
+  local tokens, ts, exists, err, recs = stored(key)
+  if err or not recs then
+    return redis.call('DEL', key)
+  end
+  local n = 0
+  while n < #recs and recs[n + 1].expiry <= now do
+    n = n + 1
+  end
+  if n == #recs then
+    return redis.call('DEL', key)
+  end
+  local last = now
+  if exists and ts > now then
+    last = ts
+  end
+  local L = leased()
+  L.store_leased(key, 0, 1, math.huge, last, L.live_from(recs, n + 1), true, now)
+  return 1
 end
 
 -- call runs one bucket's call: key, and its arguments at A[base+1 .. base+6].
@@ -340,8 +712,12 @@ local function call(key, A, base)
     return 1
   end
 
-  if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' then
-    return redis.error_reply('ERR invalid op: must be acquire, peek, put, del or acquireall')
+  if op == 'reset' then
+    return reset(key, A, base)
+  end
+
+  if op ~= 'acquire' and op ~= 'peek' and op ~= 'put' and op ~= 'lease' then
+    return redis.error_reply('ERR invalid op: must be acquire, peek, put, del, lease, reset or acquireall')
   end
 
   local capacity, rate, err = limit(A, base)
@@ -371,13 +747,32 @@ local function call(key, A, base)
   if err then
     return err
   end
-  local tokens, ts, exists
-  tokens, ts, exists, err = stored(key)
+  local lc
+  if op == 'lease' then
+    lc, err = leased().lease_args(A[base + 6], now)
+    if err then
+      return err
+    end
+  end
+  local tokens, ts, exists, recs
+  tokens, ts, exists, err, recs = stored(key)
   if err then
     return err
   end
+  if op == 'lease' then
+    return leased().lease(key, capacity, rate, cost, now, tokens, ts, exists, recs, lc)
+  end
   if op == 'peek' then
-    -- bucket.Peek: nothing is written and nothing is created.
+    -- bucket.Peek (Stored.Peek): nothing is written and nothing is created.
+    if recs then
+      local L = leased()
+      local t, n = L.refill(tokens, ts, exists, capacity, rate, recs, now)
+      local allowed = t >= cost
+      if allowed then
+        t = t - cost
+      end
+      return L.decide_room(capacity, rate, L.room(capacity, L.sum_from(recs, n + 1)), cost, t, allowed)
+    end
     local t = holding(tokens, ts, exists, capacity, rate, now)
     local allowed = t >= cost
     if allowed then
@@ -385,7 +780,7 @@ local function call(key, A, base)
     end
     return decide(capacity, rate, cost, t, allowed)
   end
-  return acquire(key, capacity, rate, cost, now, tokens, ts, exists)
+  return acquire(key, capacity, rate, cost, now, tokens, ts, exists, recs)
 end
 
 -- check reads and checks one member of a group: key, its arguments at
@@ -410,14 +805,22 @@ local function check(key, A, base, seen, later)
   if err then
     return nil, err
   end
-  local tokens, ts, exists
-  tokens, ts, exists, err = stored(key)
+  local tokens, ts, exists, recs
+  tokens, ts, exists, err, recs = stored(key)
   if err then
     return nil, err
   end
-  local t = holding(tokens, ts, exists, capacity, rate, now)
   local m = {capacity = capacity, rate = rate, cost = cost, now = now,
-    tokens = tokens, ts = ts, exists = exists, ok = t >= cost}
+    tokens = tokens, ts = ts, exists = exists, recs = recs}
+  if recs then -- Stored.Check
+    local L = leased()
+    local t, n = L.refill(tokens, ts, exists, capacity, rate, recs, now)
+    m.ok = t >= cost
+    m.reply = L.decide_room(capacity, rate, L.room(capacity, L.sum_from(recs, n + 1)), cost, t, m.ok)
+    return m
+  end
+  local t = holding(tokens, ts, exists, capacity, rate, now)
+  m.ok = t >= cost
   m.reply = decide(capacity, rate, cost, t, m.ok)
   return m
 end
@@ -443,7 +846,7 @@ local function group(first, n, replies)
   end
   for i = first, first + n - 1 do
     local m = members[i]
-    replies[i] = acquire(KEYS[i], m.capacity, m.rate, m.cost, m.now, m.tokens, m.ts, m.exists)
+    replies[i] = acquire(KEYS[i], m.capacity, m.rate, m.cost, m.now, m.tokens, m.ts, m.exists, m.recs)
   end
 end
 

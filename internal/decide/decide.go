@@ -95,7 +95,11 @@ var specs = [NumKinds]Spec{
 	LeaseApply: {Name: "lease-apply", Counts: CountsNothing},
 	LeaseFail:  {Name: "lease-fail", Counts: CountsNothing},
 	LeaseReset: {Name: "lease-reset", Counts: CountsNothing},
-	Lease:      {Name: "lease", Counts: CountsNothing, Changes: true, Scripted: true, Policy: true},
+	// Lease: the script's lease op answers it (a Redis store answers it
+	// only in lease mode, Config.Leases, else ErrUnsupported); it changes
+	// the bucket; without a reply in time the call's own decision is the
+	// fail policy's, as an acquire's, and its exchange stays unreplied.
+	Lease: {Name: "lease", Counts: CountsNothing, Changes: true, Scripted: true, Policy: true},
 }
 
 func init() {

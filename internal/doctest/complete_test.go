@@ -396,7 +396,7 @@ const policiesYAML = `policies:
 `
 
 // runModes starts bucketd in memory mode (with --data-dir), replicate
-// mode and store mode, all with policies, sends each a few commands, and
+// mode, store mode and lease mode, all with policies, sends each a few commands, and
 // reads its /metrics and INFO everything.
 func runModes(t *testing.T) []modeRun {
 	rs := redistest.Start(t)
@@ -411,6 +411,7 @@ func runModes(t *testing.T) []modeRun {
 		{"memory", []string{"--data-dir", filepath.Join(dir, "data")}},
 		{"replicate", []string{"--replicate", "redis://" + rs.Addr + "/0"}},
 		{"store", []string{"--store", "redis://" + rs.Addr + "/1"}},
+		{"leases", []string{"--store", "redis://" + rs.Addr + "/2", "--leases"}},
 	}
 	var runs []modeRun
 	for _, m := range modes {
@@ -670,7 +671,7 @@ func checkInfo(t *testing.T, tables []*docTable, runs []modeRun) {
 	for section, fields := range sections {
 		for _, d := range fields {
 			if !d.used {
-				t.Errorf("%s: INFO # %s: no run (memory, replicate, store) prints %s: remove the row, or fix its name", d.where, section, d.name)
+				t.Errorf("%s: INFO # %s: no run (memory, replicate, store, leases) prints %s: remove the row, or fix its name", d.where, section, d.name)
 			}
 		}
 	}

@@ -31,9 +31,11 @@
 //     never over-grant.
 //  3. A call with another limit (capacity or rate) than the lease's is never
 //     answered from it: the lease is given back and the call goes to Redis.
-//  4. A key Redis has just denied is denied locally until the tokens the
-//     call asked for can be there (retry_after_ms), so denied traffic costs
-//     no Redis call per request.
+//  4. A key Redis has just denied, or left with fewer tokens than a call's
+//     cost, is denied locally once its lease is spent, until the tokens the
+//     call asked for can be there (retry_after_ms, or the refill of what
+//     was missing), so denied traffic costs no Redis call per request.
+//     Replies to plain acquires count for this too.
 package lease
 
 import (
@@ -156,13 +158,13 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 	switch {
 	case cost > l.Capacity:
 		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: -1}, Request{}, false
-	case e.DenyUntil > now && cost >= e.DenyCost && l == e.Limit:
-		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: ceilMs(e.DenyUntil - now)}, Request{}, false
 	case l == e.Limit && now < e.Deadline && e.Tokens >= cost:
 		e.Tokens -= cost
 		e.Spent += cost
 		d = bucket.Decision{Allowed: true, Remaining: e.remaining()}
 		return Local, d, Request{}, !e.InFlight && e.Tokens < p.RenewBelow*e.Size
+	case e.DenyUntil > now && cost >= e.DenyCost && l == e.Limit:
+		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: ceilMs(e.DenyUntil - now)}, Request{}, false
 	case e.InFlight:
 		return Plain, bucket.Decision{}, Request{}, false
 	}
@@ -216,9 +218,36 @@ func (p Policy) Apply(e *Entry, r Reply, cost float64, now int64) {
 		e.Tokens = max(0, r.Held-e.Spent) // Spent: what went out of the lease since the send
 		e.Deadline = e.SentAt + p.TTL - p.Margin
 	}
-	if !r.Decision.Allowed && r.Decision.RetryAfterMs > 0 {
-		e.DenyUntil, e.DenyCost = now+r.Decision.RetryAfterMs*1000, cost
-	} else {
+	e.noteRedis(e.Limit, r.Decision, cost, now)
+}
+
+// PlainReply takes in Redis's answer to a plain acquire of e's key (sent
+// while the key's lease call was out): what Redis held, and a denial to
+// remember (rule 4).
+func (p Policy) PlainReply(e *Entry, l bucket.Limit, d bucket.Decision, cost float64, now int64) {
+	if l == e.Limit {
+		e.noteRedis(l, d, cost, now)
+	}
+}
+
+// noteRedis remembers what Redis answered a call of cost under l at now
+// (rule 4): what it held, and until when no call of that cost can be
+// allowed by it: retry_after_ms of a denial, or, when it allowed the call
+// but was left with less than the cost (a lease took what it had), the
+// time the refill needs to bring the cost. Until then the key's calls are
+// denied here once its lease is spent. The time counts from the reply,
+// later than Redis's decision, so it never ends too early: other
+// instances can only add tokens by giving back what they hold, which
+// costs under-grant, never over-grant.
+func (e *Entry) noteRedis(l bucket.Limit, d bucket.Decision, cost float64, now int64) {
+	e.RedisTokens = float64(d.Remaining)
+	switch {
+	case !d.Allowed && d.RetryAfterMs > 0:
+		e.DenyUntil, e.DenyCost = now+d.RetryAfterMs*1000, cost
+	case d.Allowed && cost > 0 && float64(d.Remaining) < cost:
+		wait := math.Ceil((cost - float64(d.Remaining)) / l.Rate * 1e6)
+		e.DenyUntil, e.DenyCost = now+int64(min(wait, 1e15)), cost
+	case cost > 0:
 		e.DenyUntil = 0
 	}
 }
@@ -256,15 +285,21 @@ func (p Policy) Forgettable(e *Entry, now int64) bool {
 	return !e.InFlight && e.Epoch == 0 && e.DenyUntil <= now && p.Unused(e, now)
 }
 
+// demandWindow is the longest time constant of the demand estimate: a
+// key that becomes hot reaches its lease size within a few of them, not
+// within a few lease periods, which would keep its leases small, and its
+// Redis calls many, for seconds at --lease-target 1s.
+const demandWindow = 200_000
+
 // observe folds a call of cost at now into the key's demand: an
-// exponentially decaying rate with a time constant of Target, so a lease
-// follows a change of load within a few lease periods.
+// exponentially decaying rate with a time constant of Target, at most
+// demandWindow, so a lease follows a change of load quickly.
 func (p Policy) observe(e *Entry, cost float64, now int64) {
 	dt := now - e.Last
 	if e.Last == 0 || dt < 0 {
 		dt = 0
 	}
-	tau := float64(max(p.Target, 1))
+	tau := float64(min(max(p.Target, 1), demandWindow))
 	decay := math.Exp(-float64(dt) / tau)
 	e.Demand = e.Demand*decay + cost*1e6/tau
 	e.Last = now

@@ -202,3 +202,68 @@ func TestFailMovesToANewRecord(t *testing.T) {
 		t.Fatalf("the call after a failed one: %+v, want a new record (generation 1, no epoch, nothing reported)", req)
 	}
 }
+
+// TestAPlainDenialIsRememberedToo: a call sent as a plain acquire (the
+// key's lease call was out) that Redis denies is remembered like a lease
+// call's denial (rule 4): an attack on a key whose lease is being renewed
+// must not become one Redis call per request.
+func TestAPlainDenialIsRememberedToo(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(0), 1, 1_001_000)
+	p.Take(&e, lim, 1, 1_002_000) // the lease call, out
+	if o, _, _, _ := p.Take(&e, lim, 1, 1_002_100); o != Plain {
+		t.Fatalf("a call while the lease call is out: %v, want Plain", o)
+	}
+	p.PlainReply(&e, lim, bucket.Decision{RetryAfterMs: 20}, 1, 1_003_000)
+	if o, d, _, _ := p.Take(&e, lim, 1, 1_004_000); o != Local || d.Allowed || d.RetryAfterMs != 19 {
+		t.Fatalf("1 ms after a plain denial of 20 ms: %v %+v, want a local denial, retry 19 ms", o, d)
+	}
+}
+
+// TestARedisBucketTooLowForTheCostIsNotAskedAgain: Redis allowed a call
+// and left fewer tokens than the cost (it leased what it had): once the
+// lease is spent, calls are denied locally until the refill can have
+// brought the cost, instead of asking Redis for tokens it cannot have.
+func TestARedisBucketTooLowForTheCostIsNotAskedAgain(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	p.Apply(&e, granted(2), 1, 1_001_000) // Remaining 500
+	p.Take(&e, lim, 1, 1_002_000)
+	p.Take(&e, lim, 1, 1_002_000)
+	_, _, req, _ := p.Take(&e, lim, 1, 1_003_000)
+	if req.Epoch != 7 {
+		t.Fatalf("the dry lease's call %+v", req)
+	}
+	r := granted(3)
+	r.Decision.Remaining = 0 // Redis leased all it had
+	p.Apply(&e, r, 1, 1_004_000)
+	for range 3 {
+		if o, d, _, _ := p.Take(&e, lim, 1, 1_005_000); o != Local || !d.Allowed {
+			t.Fatalf("from the lease of 3: %v %+v", o, d)
+		}
+	}
+	// Redis held 0 of the cost 1 at rate 100/s: 10 ms from the reply.
+	if o, d, _, _ := p.Take(&e, lim, 1, 1_006_000); o != Local || d.Allowed || d.RetryAfterMs != 8 {
+		t.Fatalf("the lease spent, Redis empty at the reply 2 ms ago: %v %+v, want a local denial, retry 8 ms", o, d)
+	}
+	if o, _, _, _ := p.Take(&e, lim, 1, 1_014_000); o != Ask {
+		t.Fatalf("once the refill can have brought a token: %v, want Ask", o)
+	}
+}
+
+// TestTheLeaseAnswersBeforeADenial: a denial remembered from Redis never
+// hides tokens the lease holds.
+func TestTheLeaseAnswersBeforeADenial(t *testing.T) {
+	p := DefaultPolicy
+	e := Entry{}
+	p.Take(&e, lim, 1, 1_000_000)
+	r := granted(5)
+	r.Decision.Remaining = 0
+	p.Apply(&e, r, 1, 1_001_000)
+	if o, d, _, _ := p.Take(&e, lim, 1, 1_001_500); o != Local || !d.Allowed {
+		t.Fatalf("a lease of 5, Redis empty: %v %+v, want allowed from the lease", o, d)
+	}
+}

@@ -191,6 +191,9 @@ func (c *Caller) collect(local, remote []decide.Answer) {
 				if a.Decision.Allowed {
 					c.s.n.allowed.Add(1)
 				}
+				if op := it.req.Lease; op.Outcome == lease.Plain {
+					op.Reply.Decision, op.Replied = a.Decision, true // for the shards' rule 4
+				}
 			}
 		default:
 			a = local[it.shardAt]
@@ -201,7 +204,8 @@ func (c *Caller) collect(local, remote []decide.Answer) {
 
 // applyReplies hands the shards what Redis did with the lease calls:
 // Apply when it replied, Fail when it did not or the Run failed (replied
-// false), and the end of a remembered denial for each key reset.
+// false); Redis's answers to plain acquires (lease rule 4); and the end of
+// a remembered denial for each key reset.
 func (c *Caller) applyReplies(replied bool) error {
 	n := 0
 	for i := range c.items {
@@ -215,6 +219,9 @@ func (c *Caller) applyReplies(replied bool) error {
 				c.s.n.failed.Add(1)
 			}
 			c.shards.Add(decide.Request{Kind: k, Key: it.req.Key, Cost: it.req.Cost, Lease: it.req.Lease})
+			n++
+		case it.where == atShards && it.req.Lease.Outcome == lease.Plain && replied && it.req.Lease.Replied:
+			c.shards.Add(decide.Request{Kind: decide.LeaseApply, Key: it.req.Key, Limit: it.req.Limit, Cost: it.req.Cost, Lease: it.req.Lease})
 			n++
 		case it.where == atRedis && it.req.Kind == decide.Reset && replied:
 			c.shards.Add(decide.Request{Kind: decide.LeaseReset, Key: it.req.Key})

@@ -34,6 +34,15 @@ const (
 	// call's reply is that bucket's four numbers, as ParseDecision reads
 	// them. A group is always one script command, never split.
 	AcquireAll
+	// Lease is a lease call (lease mode): the script's "lease", with
+	// Call.Lease as its ARGV[6], Limit, Cost and At as for Acquire. Its
+	// reply is read by ParseLease.
+	Lease
+	// LeaseReset is TB.RESET in lease mode: the script's "reset" as of
+	// Call.At (or RedisTime), which keeps the key's live lease records
+	// where a DEL would let the bucket grant their tokens again. Its reply
+	// is 1 when the key existed, else 0, as DEL's.
+	LeaseReset
 )
 
 // RedisTime, as Call.At of an Acquire or Peek, leaves the script's now
@@ -55,6 +64,9 @@ type Call struct {
 	// on every other call. bucketd gives a group's calls one Cost and one
 	// At, so that they decide at one instant.
 	Group int
+	// Lease is a Lease call's own arguments (holder, epoch, report, want,
+	// TTL); TTL is microseconds.
+	Lease bucket.LeaseCall
 }
 
 // BatchKeys is how many calls share one script command on a standalone
@@ -84,8 +96,9 @@ var (
 	wordDel     = "del"
 	scriptSHA   = bucket.ScriptSHA1
 	scriptSrc   = bucket.Script
-	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del", AcquireAll: "acquireall"}
-	numKeys     = func() []string {
+	opWords     = [...]string{Acquire: "acquire", Peek: "peek", Put: "put", Del: "del", AcquireAll: "acquireall",
+		Lease: "lease", LeaseReset: "reset"}
+	numKeys = func() []string {
 		n := make([]string, BatchKeys+1)
 		for i := range n {
 			n[i] = strconv.Itoa(i)
@@ -154,7 +167,7 @@ func (b *Batch) AddString(key string, c Call) {
 func (b *Batch) add(c Call) {
 	r := call{op: c.Op, key: b.end()}
 	switch c.Op {
-	case Acquire, Peek, AcquireAll:
+	case Acquire, Peek, AcquireAll, Lease:
 		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
 		b.buf = strconv.AppendFloat(b.buf, c.Cost, 'g', -1, 64)
 		r.argv[2] = b.end()
@@ -167,6 +180,10 @@ func (b *Batch) add(c Call) {
 			b.buf = strconv.AppendInt(b.buf, int64(c.Group), 10)
 			r.argv[4] = b.end()
 		}
+		if c.Op == Lease {
+			b.appendLease(c.Lease)
+			r.argv[4] = b.end()
+		}
 	case Put:
 		r.argv[0], r.argv[1] = b.limitStrings(c.Limit)
 		b.buf = strconv.AppendInt(b.buf, c.State.Last, 10)
@@ -176,8 +193,28 @@ func (b *Batch) add(c Call) {
 	case Del:
 		b.buf = strconv.AppendInt(b.buf, c.At, 10)
 		r.argv[3] = b.end()
+	case LeaseReset:
+		if c.At >= 0 {
+			b.buf = strconv.AppendInt(b.buf, c.At, 10)
+			r.argv[3] = b.end()
+		}
 	}
 	b.calls = append(b.calls, r)
+}
+
+// appendLease writes a lease call's ARGV[6]: "<holder> <epoch> <consumed>
+// <returned> <want> <ttl_us>", the numbers in the shortest form that reads
+// back as the same float64.
+func (b *Batch) appendLease(l bucket.LeaseCall) {
+	b.buf = append(b.buf, l.Holder...)
+	b.buf = append(b.buf, ' ')
+	b.buf = strconv.AppendInt(b.buf, l.Epoch, 10)
+	for _, f := range [...]float64{l.Consumed, l.Returned, l.Want} {
+		b.buf = append(b.buf, ' ')
+		b.buf = strconv.AppendFloat(b.buf, f, 'g', -1, 64)
+	}
+	b.buf = append(b.buf, ' ')
+	b.buf = strconv.AppendInt(b.buf, l.TTL, 10)
 }
 
 // end closes the string being written in buf and returns its index.

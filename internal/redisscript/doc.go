@@ -12,7 +12,10 @@
 //     (the script's batch form); on a Redis Cluster each call has its own,
 //     because the keys of one call would have to share a hash slot
 //     (KeysPerCall). A Reset is a plain DEL and ends a run, so each key sees
-//     its operations in the order they were added. An all-or-nothing group
+//     its operations in the order they were added. In lease mode a reset
+//     is the script's reset op (LeaseReset), which keeps live lease
+//     records, and a lease call (Lease) carries its holder, epoch, report,
+//     want and TTL in its ARGV[6]: both are script calls like the others. An all-or-nothing group
 //     (AcquireAll, TB.MACQUIRE) is never split: all its keys are in one
 //     EVALSHA, alone on a cluster (where its keys must share a slot, which
 //     the caller checks), and on a standalone Redis with other calls when it

@@ -71,6 +71,30 @@ func ParseDecision(v any) (bucket.Decision, error) {
 	return bucket.Decision{Allowed: n[0] == 1, Remaining: n[1], RetryAfterMs: n[2], ResetAfterMs: n[3]}, nil
 }
 
+// ParseLease reads the script's reply to a lease call: the four numbers
+// of ParseDecision, the record's epoch (an integer) and its held (the
+// string "%.17g" of the float64).
+func ParseLease(v any) (bucket.LeaseReply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 6 {
+		return bucket.LeaseReply{}, fmt.Errorf("%w: want an array of 6 elements, got %T", ErrBadReply, v)
+	}
+	d, err := ParseDecision(a[:4])
+	if err != nil {
+		return bucket.LeaseReply{}, err
+	}
+	epoch, ok := a[4].(int64)
+	if !ok {
+		return bucket.LeaseReply{}, fmt.Errorf("%w: epoch is a %T", ErrBadReply, a[4])
+	}
+	s, _ := a[5].(string)
+	held, err := strconv.ParseFloat(s, 64)
+	if err != nil || held < 0 {
+		return bucket.LeaseReply{}, fmt.Errorf("%w: held %v", ErrBadReply, a[5])
+	}
+	return bucket.LeaseReply{Decision: d, Epoch: epoch, Held: held}, nil
+}
+
 // Class is what an error from a script command (or one element of a
 // batch's reply) means to the caller.
 type Class uint8

@@ -87,7 +87,7 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 		switch {
 		case o.span > 1 && c.s.cluster != nil && !c.sameSlot(i):
 			c.answerLocal(i, int(o.span), decide.ErrCrossSlot)
-		case !o.group && !o.Kind.Spec().Scripted:
+		case !o.group && !c.s.scripted(o):
 			c.answerLocal(i, 1, decide.ErrUnsupported)
 		}
 	}

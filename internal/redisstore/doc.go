@@ -28,6 +28,15 @@
 // been idle for a minute stops its goroutines; the next operation for that
 // master makes a new one.
 //
+// Lease mode (Config.Leases, Config.Instance; internal/leasestore in
+// front): a decide.Lease request is the script's lease op for the record
+// l:<Instance>-<Gen> of its key, with Config.LeaseTTL; its reply goes into
+// the request's exchange (decide.LeaseOp.Reply, Replied) only when the
+// reply answers the request, never after the timer has given it the
+// policy's answer. TB.RESET is the script's reset op, which keeps the live
+// records. Acquires, peeks and groups are sent as ever: the script honours
+// records on every key.
+//
 // Faults stay on their lane: a master that is down or slow holds only its
 // own lane's workers and fails only its own slots' operations; the other
 // masters' operations are answered as soon as their own master replies.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
 	"github.com/bucketd/bucketd/internal/redisscript"
 )
 
@@ -38,6 +39,9 @@ type ref struct {
 	deadline time.Time   // copied: c.deadline is the next Run's once answered
 	span     int32       // copied: op.span
 	group    bool        // copied: op.group
+	// lease is a lease call's exchange (op.Lease), written with Redis's
+	// reply only by whoever answers the operation, before answering it.
+	lease *decide.LeaseOp
 }
 
 // newPipe returns a pipe with the operations of part for Redis, with room
@@ -56,7 +60,7 @@ func (p *pipe) add(part *part) {
 	}
 	for _, i := range part.ops {
 		o := &c.ops[i]
-		p.refs = append(p.refs, ref{c: c, i: i, kind: o.Kind, deadline: c.deadline, span: o.span, group: o.group})
+		p.refs = append(p.refs, ref{c: c, i: i, kind: o.Kind, deadline: c.deadline, span: o.span, group: o.group, lease: o.Lease})
 	}
 }
 
@@ -337,7 +341,7 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 	for j := range p.refs {
 		r := &p.refs[j]
 		o := &r.c.ops[r.i]
-		b.Add(o.Key, scriptCall(o))
+		b.Add(o.Key, w.l.s.scriptCall(o))
 	}
 	p.answered = make([]atomic.Uint32, len(p.refs))
 	b.Build(ctx, w.l.s.perCall)
@@ -346,13 +350,39 @@ func (w *worker) build(ctx context.Context, p *pipe) {
 // settleReply answers ref i of p, an operation alone, with its reply in b
 // (or the policy's answer when the reply is a failure), unless the timer
 // answered it; it returns the failure that made it the policy's answer.
+//
+// A lease call's reply goes into its exchange (decide.LeaseOp) only when
+// this answers it: once the timer has answered, the Caller may have
+// returned and its owner reads the exchange as "no reply".
 func (s *Store) settleReply(p *pipe, i int, b *redisscript.Batch) error {
 	v, err := b.Reply(i)
-	r, err := s.outcome(p.refs[i].kind, v, err)
-	if !s.settle(p, i, r, err) {
+	ref := &p.refs[i]
+	r, lr, replied, err := s.leaseOutcome(ref.kind, v, err)
+	if !p.answered[i].CompareAndSwap(0, 1) {
 		return nil // the timer answered it
 	}
+	if replied {
+		ref.lease.Reply, ref.lease.Replied = lr, true
+	}
+	s.count(ref.kind, r, err)
+	ref.c.answer(ref.i, r)
 	return err
+}
+
+// leaseOutcome is outcome that also returns, for a lease call the script
+// answered, its reply and true: the call's own decision is the answer's.
+// Any other outcome of a lease call (no reply, an error reply) leaves the
+// call unreplied, and the answer is the policy's (WRONGTYPE: the error).
+func (s *Store) leaseOutcome(k decide.Kind, v any, err error) (decide.Answer, lease.Reply, bool, error) {
+	if k != decide.Lease || err != nil {
+		a, err := s.outcome(k, v, err)
+		return a, lease.Reply{}, false, err
+	}
+	r, err := redisscript.ParseLease(v)
+	if err != nil {
+		return s.failResult(k), lease.Reply{}, false, err
+	}
+	return decide.Answer{Decision: r.Decision}, lease.Reply{Decision: r.Decision, Epoch: r.Epoch, Held: r.Held}, true, nil
 }
 
 // outcome turns the reply to an operation into its answer, or the policy's

@@ -15,6 +15,7 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/info"
+	"github.com/bucketd/bucketd/internal/lease"
 	"github.com/bucketd/bucketd/internal/ratelog"
 	"github.com/bucketd/bucketd/internal/redisscript"
 	"github.com/bucketd/bucketd/internal/redisurl"
@@ -61,7 +62,29 @@ type Config struct {
 	// Logger receives Redis errors, at most one line per second (with the
 	// number of lines suppressed since the last one). Default slog.Default().
 	Logger *slog.Logger
+
+	// Leases is lease mode (internal/leasestore in front of this store):
+	// decide.Lease requests go to the script's lease op, and TB.RESET is
+	// the script's reset op, which keeps the lease records still live
+	// (a DEL would let the bucket grant again the tokens instances hold).
+	// Acquires, peeks and groups need nothing: the script honours records
+	// on every key. Setting Instance sets Leases.
+	Leases bool
+	// Instance is this bucketd instance's lease id, unique among the
+	// instances sharing the Redis: a lease call's record is the hash field
+	// l:<Instance>-<generation> (lease.Request.Gen). Required with Leases.
+	Instance string
+	// LeaseTTL is how long Redis keeps a lease record after the call that
+	// last renewed it: lease.Policy.TTL of the instances (a crashed
+	// instance's lease comes back after it). It must not be shorter than
+	// what the instances spend within (their TTL less their margin).
+	// Default: lease.DefaultPolicy.TTL.
+	LeaseTTL time.Duration
 }
+
+// maxLeaseTTL bounds Config.LeaseTTL: a record outlives its last call by
+// at most a day.
+const maxLeaseTTL = 24 * time.Hour
 
 // ErrClosed is returned by Caller.Run after Close.
 var ErrClosed = errors.New("redisstore: store closed")
@@ -149,6 +172,12 @@ func New(cfg Config) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("redisstore: Config.Client must be a *redis.Client or a *redis.ClusterClient, not %T", cfg.Client)
 	}
+	if cfg.Leases && cfg.Instance == "" {
+		return nil, errors.New("redisstore: Config.Leases needs Config.Instance, the instance's lease id")
+	}
+	if cfg.LeaseTTL < 0 || cfg.LeaseTTL > maxLeaseTTL {
+		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is out of range (0: the default, up to %v)", cfg.LeaseTTL, maxLeaseTTL)
+	}
 	return newStore(cfg, cluster), nil
 }
 
@@ -167,6 +196,10 @@ func newStore(cfg Config, cluster *redis.ClusterClient) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = time.Duration(lease.DefaultPolicy.TTL) * time.Microsecond
+	}
+	cfg.Leases = cfg.Leases || cfg.Instance != ""
 	s := &Store{
 		cfg:      cfg,
 		client:   cfg.Client,

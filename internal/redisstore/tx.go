@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +37,7 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) {
 	}()
 	remote := make([]int, 0, n) // indexes of the operations for Redis
 	for i := range c.ops {
-		if !c.ops[i].Kind.Spec().Scripted {
+		if !c.s.scripted(&c.ops[i]) {
 			c.results[i] = decide.Answer{Err: decide.ErrUnsupported} // no script on Redis, as in Run
 		} else {
 			remote = append(remote, i)
@@ -72,7 +73,7 @@ func (s *Store) transact(ops []op, remote []int, results []decide.Answer) error 
 	b := new(redisscript.Batch)
 	b.Reset(s.cfg.Prefix)
 	for _, i := range remote {
-		b.Add(ops[i].Key, scriptCall(&ops[i]))
+		b.Add(ops[i].Key, s.scriptCall(&ops[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
@@ -130,7 +131,11 @@ func (s *Store) txAnswer(ops []op, remote []int, j int, b *redisscript.Batch, re
 	all := true
 	for k := j; k < j+n; k++ {
 		v, err := b.Reply(k)
-		a, err := s.outcome(ops[remote[k]].Kind, v, err)
+		o := &ops[remote[k]]
+		a, lr, replied, err := s.leaseOutcome(o.Kind, v, err)
+		if replied {
+			o.Lease.Reply, o.Lease.Replied = lr, true
+		}
 		results[remote[k]] = a
 		failure = cmp.Or(failure, err)
 		all = all && a.Err == nil && a.Decision.Allowed
@@ -149,17 +154,31 @@ func (s *Store) txAnswer(ops []op, remote []int, j int, b *redisscript.Batch, re
 	return n, failure
 }
 
+// scripted reports whether the script answers o: its kind's Spec says so
+// (not CL.THROTTLE), and a lease call needs lease mode (Config.Leases) and
+// its exchange.
+func (s *Store) scripted(o *op) bool {
+	if o.Kind == decide.Lease {
+		return s.cfg.Leases && o.Lease != nil
+	}
+	return o.Kind.Spec().Scripted
+}
+
 // scriptOps is the script's operation for each kind the script answers
 // (decide.Spec.Scripted).
 var scriptOps = [decide.NumKinds]redisscript.Op{
 	decide.Acquire: redisscript.Acquire,
 	decide.Peek:    redisscript.Peek,
 	decide.Reset:   redisscript.Reset,
+	decide.Lease:   redisscript.Lease,
 }
 
 // scriptCall is the script call that answers o, at Redis TIME: its own, or
 // its part of an all-or-nothing group (the first member carries the size).
-func scriptCall(o *op) redisscript.Call {
+// In lease mode a reset is the script's reset op, which keeps live lease
+// records, and a lease call is the script's lease op for this instance's
+// record of the key's generation.
+func (s *Store) scriptCall(o *op) redisscript.Call {
 	c := redisscript.Call{Op: scriptOps[o.Kind], Limit: o.Limit, Cost: o.Cost, At: redisscript.RedisTime}
 	switch {
 	case o.group:
@@ -167,8 +186,18 @@ func scriptCall(o *op) redisscript.Call {
 		if o.span > 0 {
 			c.Group = int(o.span)
 		}
+	case c.Op == redisscript.Reset && s.cfg.Leases:
+		c = redisscript.Call{Op: redisscript.LeaseReset, At: redisscript.RedisTime}
 	case c.Op == redisscript.Reset:
 		c = redisscript.Call{Op: redisscript.Reset}
+	case c.Op == redisscript.Lease:
+		r := &o.Lease.Call
+		c.Limit, c.Cost = r.Limit, r.Cost
+		c.Lease = bucket.LeaseCall{
+			Holder: s.cfg.Instance + "-" + strconv.FormatUint(uint64(r.Gen), 10),
+			Epoch:  r.Epoch, Consumed: r.Consumed, Returned: r.Returned, Want: r.Want,
+			TTL: s.cfg.LeaseTTL.Microseconds(),
+		}
 	}
 	return c
 }

@@ -110,8 +110,15 @@ func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 	return decide.Answer{Decision: d}
 }
 
-// leaseApply takes in Redis's reply to the entry's call in flight.
+// leaseApply takes in Redis's reply to the entry's call in flight, or its
+// answer to a plain acquire of the key (o.Lease.Outcome lease.Plain).
 func (s *shard) leaseApply(o *op, now int64) decide.Answer {
+	if o.Lease.Outcome == lease.Plain {
+		if e, ok := s.leases.m[string(o.Key)]; ok {
+			s.leases.cfg.Policy.PlainReply(e, o.Limit, o.Lease.Reply.Decision, o.Cost, now)
+		}
+		return decide.Answer{}
+	}
 	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
 		had := held(e)
 		s.leases.cfg.Policy.Apply(e, o.Lease.Reply, o.Cost, now)
