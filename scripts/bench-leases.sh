@@ -283,16 +283,26 @@ end_window() {
   log "rep $rep/$REPS  $id: $(tail -1 "$work" | cut -d' ' -f3-) (decisions, allowed, Redis CPU us/decision, Redis commands/decision, EVALSHA/decision, share from leases, leases held after)"
 }
 
-results=$tmp/results.txt # id rep rps p50_ms p99_ms [p99_9_ms]
+results=$tmp/results.txt # id rep rps p50_ms p99_ms bucketd_cpu_us/request [p99_9_ms]
+hz=$(getconf CLK_TCK)
+# ticks NAME...: CPU clock ticks (user + system) the instances have used so far.
+ticks() {
+  local n t=0
+  for n in "$@"; do t=$((t + $(cpu_ticks "${bucketd_pid[$n]}"))); done
+  echo "$t"
+}
+# cpu_us TICKS REQUESTS: microseconds of CPU per request.
+cpu_us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN { printf "%.3f", t / hz * 1e6 / n }'; }
 : >"$results"
 # bench ID N PIPE RANGE NAME... -- CMD...: redis-benchmark against each NAME at
 # once (N requests, CLIENTS clients, -P PIPE, -r RANGE each); req/s summed.
 bench() {
-  local id=$1 n=$2 pipe=$3 KEYSPACE=$4 names=() name i=0 rps=0 p50=0 p99=0 parsed r a b
+  local id=$1 n=$2 pipe=$3 KEYSPACE=$4 names=() name i=0 rps=0 p50=0 p99=0 parsed r a b t0 cpu
   shift 4
   while [[ $1 != -- ]]; do names+=("$1"); shift; done
   shift
   begin_window "${names[@]}"
+  t0=$(ticks "${names[@]}")
   local bpids=()
   for name in "${names[@]}"; do
     (run_bench "${port[$name]}" "$n" "$pipe" "$tmp/$id-$rep-$name.csv" "$@") &
@@ -301,6 +311,7 @@ bench() {
   for i in "${!bpids[@]}"; do
     wait "${bpids[$i]}" || die "redis-benchmark against ${names[$i]} failed ($id)"
   done
+  cpu=$(cpu_us $(($(ticks "${names[@]}") - t0)) $((n * ${#names[@]})))
   for name in "${names[@]}"; do
     parsed=$(parse_csv "$tmp/$id-$rep-$name.csv") || die "cannot parse $tmp/$id-$rep-$name.csv"
     read -r r a b <<<"$parsed"
@@ -308,14 +319,15 @@ bench() {
     p50=$(awk -v x="$p50" -v y="$a" 'BEGIN { print (y > x ? y : x) }')
     p99=$(awk -v x="$p99" -v y="$b" 'BEGIN { print (y > x ? y : x) }')
   done
-  echo "$id $rep $rps $p50 $p99" >>"$results"
-  log "rep $rep/$REPS  $id: $rps req/s, p50 $p50 ms, p99 $p99 ms (the highest of the instances)"
+  echo "$id $rep $rps $p50 $p99 $cpu" >>"$results"
+  log "rep $rep/$REPS  $id: $rps req/s, p50 $p50 ms, p99 $p99 ms (the highest of the instances), bucketd CPU $cpu us/request"
   end_window "$id" $((n * ${#names[@]})) $((CLIENTS * pipe * ${#names[@]}))
 }
 # load ID NAME: bucketd-load paced at LOAD_QPS on the hot keys' limits.
 load() {
-  local id=$1 name=$2 f=$tmp/$1-$rep.json line rps p50 p99 p999 errs reqs
+  local id=$1 name=$2 f=$tmp/$1-$rep.json line rps p50 p99 p999 errs reqs t0 cpu
   begin_window "$name"
+  t0=$(ticks "$name")
   "$tmp/bucketd-load" --addr "$HOST:${port[$name]}" --qps "$LOAD_QPS" --conns "$CLIENTS" --duration "$LOAD_DURATION" \
     --keys 1000 --key-prefix p99: --capacity 100000 --rate 100000 --json >"$f" 2>"$f.err" ||
     { cat -- "$f" "$f.err" >&2 || true; die "bucketd-load against $name failed ($id)"; }
@@ -323,8 +335,9 @@ load() {
     .errors + .conn_errors + .connect_failures, .requests] | @tsv' "$f") || die "cannot read $f"
   read -r rps p50 p99 p999 errs reqs <<<"$line"
   ((errs == 0)) || die "bucketd-load against $name: $errs errors ($id)"
-  echo "$id $rep $rps $p50 $p99 $p999" >>"$results"
-  log "rep $rep/$REPS  $id: $(printf '%.0f req/s, p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms' "$rps" "$p50" "$p99" "$p999")"
+  cpu=$(cpu_us $(($(ticks "$name") - t0)) "$reqs")
+  echo "$id $rep $rps $p50 $p99 $cpu $p999" >>"$results"
+  log "rep $rep/$REPS  $id: $(printf '%.0f req/s, p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms' "$rps" "$p50" "$p99" "$p999"), bucketd CPU $cpu us/request"
   end_window "$id" "$reqs" "$CLIENTS"
 }
 
@@ -423,6 +436,18 @@ printf '| one key denied, two instances at once, -P 16 | | %s | %s | | %s | %s |
   "$(rps store-deny-pair)" "$(rps lease-deny-pair)" \
   "$(ratio "$(med "$results" lease-deny-pair 3)" "$(med "$results" store-deny-pair 3)")" "$(per_rep lease-deny-pair store-deny-pair)"
 echo
+echo "bucketd's own CPU per request (medians; user + system of the instances under test from /proc during the run, microseconds):"
+echo
+echo "| run | memory | store | lease | lease / memory | lease / store |"
+echo "|---|---:|---:|---:|---:|---:|"
+for t in "hot|hot keys, -P 16" "cold16|cold keys, -P 16" "cold1|cold keys, -P 1" "hot-pair|hot keys, two instances" \
+  "deny-pair|one key denied, two instances" "p99|bucketd-load at $LOAD_QPS req/s"; do
+  IFS='|' read -r id label <<<"$t"
+  mc=$(med "$results" "memory-$id" 6) sc=$(med "$results" "store-$id" 6) lc=$(med "$results" "lease-$id" 6)
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$(num "$mc" '%.2f')" "$(num "$sc" '%.2f')" "$(num "$lc" '%.2f')" \
+    "$(ratio "$lc" "$mc")" "$(ratio "$lc" "$sc")"
+done
+echo
 echo "Redis's own work per decision (medians; CPU = INFO cpu used_cpu_sys + used_cpu_user; commands = INFO commandstats calls,"
 echo "the scripts' own calls included, without INFO and PING; decisions = the bucketds' acquire_allowed_total + acquire_denied_total):"
 echo
@@ -451,7 +476,7 @@ echo "|---|---:|---:|---:|---:|---:|"
 for m in memory store lease; do
   [[ -n ${on[$m]:-} ]] || continue
   printf '| %s | %s | %s | %s | %s | %s |\n' "$m" "$(rps "$m-p99")" "$(num "$(med "$results" "$m-p99" 4)" '%.3f')" \
-    "$(num "$(med "$results" "$m-p99" 5)" '%.3f')" "$(num "$(med "$results" "$m-p99" 6)" '%.3f')" \
+    "$(num "$(med "$results" "$m-p99" 5)" '%.3f')" "$(num "$(med "$results" "$m-p99" 7)" '%.3f')" \
     "$(ratio "$(med "$results" "$m-p99" 5)" "$(med "$results" memory-p99 5)")"
 done
 echo
