@@ -305,6 +305,15 @@ func (p Policy) Forgettable(e *Entry, now int64) bool {
 // Redis calls many, for seconds at --lease-target 1s.
 const demandWindow = 200_000
 
+// DemandWindow is the time constant of the demand estimate, µs: a key
+// asked again within it of its first call is worth an entry.
+func (p Policy) DemandWindow() int64 { return int64(p.tau()) }
+
+// Observed records in e, a new entry, a call of cost at an earlier instant
+// that was answered without it (the shards make an entry only for a key's
+// second call).
+func (p Policy) Observed(e *Entry, cost float64, at int64) { p.observe(e, cost, at) }
+
 // tau is the time constant of the demand estimate, µs.
 func (p Policy) tau() float64 { return float64(min(max(p.Target, 1), demandWindow)) }
 

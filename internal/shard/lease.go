@@ -42,12 +42,28 @@ type leases struct {
 	// peak is the most entries m has held since it was last made anew: a
 	// Go map never shrinks, and the sweep walks its empty slots too.
 	peak int
+	// seen is the keys asked once, by hash (firstCall).
+	seen []seen
 	// gen is the last record generation handed out. Every entry made and
 	// every record given up takes the next one, so a key never goes back
 	// to a record an earlier entry or call of it used, however often its
 	// entry is forgotten and made again (lease rule 2); the instance id,
 	// new at each start, does the same across restarts.
 	gen uint32
+}
+
+// firstCall returns the first call of the key of hash asked without an
+// entry, if that was within the demand window, and forgets it; otherwise
+// it remembers this call, of cost at now, as the key's first.
+func (l *leases) firstCall(hash uint64, cost float64, now int64) (seen, bool) {
+	slot := &l.seen[hash&uint64(len(l.seen)-1)]
+	if slot.hash == hash && now-slot.at < l.cfg.Policy.DemandWindow() {
+		first := *slot
+		*slot = seen{}
+		return first, true
+	}
+	*slot = seen{hash: hash, at: now, cost: cost}
+	return seen{}, false
 }
 
 // nextGen hands out a record generation no entry of this shard has used.
@@ -67,17 +83,48 @@ type LeaseCounts struct {
 // micro is tokens in millionths, for LeaseCounts.
 func micro(tokens float64) int64 { return int64(tokens * 1e6) }
 
-// leaseEntry returns o's entry, making one for a key seen for the first
-// time (it then records the key's demand); nil when the shard holds
-// MaxLeaseEntries already.
-func (s *shard) leaseEntry(o *op) *lease.Entry {
+// seenTotal is the number of slots of the tables of keys asked once,
+// split over the shards (at least minSeen each, a power of two): 65,536
+// slots of 24 bytes, 1.5 MiB. A hot key's second call finds its slot
+// unless as many cold keys as its shard has slots came in between.
+const (
+	seenTotal = 1 << 16
+	minSeen   = 1 << 10
+)
+
+// seenSlots is a shard's number of slots when there are shards.
+func seenSlots(shards int) int {
+	n := minSeen
+	for n*shards < seenTotal {
+		n *= 2
+	}
+	return n
+}
+
+// seen is a key hash, the instant it was first asked without an entry,
+// and that call's cost.
+type seen struct {
+	hash uint64
+	at   int64
+	cost float64
+}
+
+// leaseEntry returns o's entry, making one for a key asked a second time
+// within the policy's demand window of its first call, and seeding its
+// demand with that call; nil for a key asked for the first time (or not
+// since long: a cold key) and when the shard holds MaxLeaseEntries
+// already. A cold key is then one plain acquire, as in store mode, with
+// no copy of its key kept.
+func (s *shard) leaseEntry(o *op, now int64) *lease.Entry {
 	if e, ok := s.leases.m[string(o.Key)]; ok {
 		return e
 	}
-	if len(s.leases.m) >= MaxLeaseEntries {
+	first, ok := s.leases.firstCall(o.hash, o.Cost, now)
+	if !ok || len(s.leases.m) >= MaxLeaseEntries {
 		return nil
 	}
 	e := &lease.Entry{Gen: s.leases.nextGen()}
+	s.leases.cfg.Policy.Observed(e, first.cost, first.at)
 	s.leases.m[string(o.Key)] = e
 	s.leases.peak = max(s.leases.peak, len(s.leases.m))
 	return e
@@ -101,7 +148,7 @@ func (s *shard) recount(had bool, e *lease.Entry) {
 // leaseTake answers a TB.ACQUIRE from the lease, or says in o.Lease what
 // Redis must answer; a local answer is counted here as a decision.
 func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
-	e := s.leaseEntry(o)
+	e := s.leaseEntry(o, now)
 	if e == nil {
 		o.Lease.Outcome = lease.Plain
 		return decide.Answer{}

@@ -100,7 +100,7 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 		s.maxEntries = max(1, cfg.MaxBuckets/shards)
 	}
 	if cfg.Lease != nil {
-		s.leases = &leases{cfg: *cfg.Lease, m: make(map[string]*lease.Entry)}
+		s.leases = &leases{cfg: *cfg.Lease, m: make(map[string]*lease.Entry), seen: make([]seen, seenSlots(shards))}
 	}
 	s.rng = uint64(time.Now().UnixNano()) | 1
 	return s
