@@ -49,7 +49,9 @@
 //     which bounds every reply. TestRedisDownRunsReturnWithinTheTimeoutAndKeysLeaseAgain,
 //     TestRenewerQueueFullDropsTheLease.
 //  4. What a client can make the store hold is bounded: lease entries by
-//     shard.MaxLeaseEntries per shard, the renewer's queue by
+//     shard.MaxLeaseEntries per shard (a key asked once makes none: a
+//     fixed table of key hashes remembers its first call,
+//     TestAColdKeyGetsNoLeaseEntry), the renewer's queue by
 //     maxRenewQueue; a renewal or give-back the full queue refuses drops
 //     the lease (lease rule 2), never blocks a shard.
 //     TestRenewerQueueFullDropsTheLease.
@@ -57,7 +59,10 @@
 //     than capacity + rate*w: through Redis paused past the lease TTL,
 //     replies later than the Redis timeout, TB.RESET racing renewals, calls
 //     with another limit while a lease is held, and TB.MACQUIRE, which
-//     counts the leases out. TestThreeInstancesNeverOverGrantThroughFaults,
+//     counts the leases out; a key never returns to a record an earlier
+//     entry or call of it used, so a late call cannot drop a live record
+//     (internal/shard's TestALeaseRecordIsNeverReusedForAKey).
+//     TestThreeInstancesNeverOverGrantThroughFaults,
 //     TestResetRacingRenewalsNeverOverGrants,
 //     TestParameterChangesWhileLeasesAreHeldNeverOverGrant,
 //     TestMacquireCountsTheLeasesOut, TestMacquireBesideHotLeasesNeverOverGrants.
