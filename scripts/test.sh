@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test.sh: run every bucketd test, the way CI does. It takes about 7
-# minutes on a 2-CPU machine (6 min 44 s, npm ci and the promtool download
-# included); go test -short ./... is the 20-to-30-second loop for editing.
+# test.sh: run every bucketd test, the way CI does. It takes about 6
+# minutes on a quiet 2-CPU machine (5 min 49 s, npm ci included; more the
+# first time, while the modules download); go test -short ./... is the
+# 40-second loop for editing.
 #
 # What the tests need, which README.md lists too: Go (the version in
 # go.mod); redis-server and redis-cli (the end-to-end tests, the Redis
