@@ -46,18 +46,9 @@ for tool in redis-benchmark redis-cli; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found (apt-get install -y redis-tools)"
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-ab.XXXXXX")
-pids=()
 # shellcheck source=scripts/bench-lib.sh
 . "$script_dir/bench-lib.sh"
-
-cleanup() {
-  local rc=$?
-  stop_pids ${pids[@]+"${pids[@]}"}
-  rm -rf -- "$tmp"
-  exit "$rc"
-}
-trap_exit cleanup
+run_dir ab
 
 # build REV OUT: bucketd as of git revision REV.
 build() {

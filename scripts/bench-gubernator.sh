@@ -44,17 +44,9 @@ for tool in redis-server redis-cli; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found in PATH"
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench-gubernator.XXXXXX")
-pids=()
 # shellcheck source=scripts/bench-lib.sh
 . "$script_dir/bench-lib.sh"
-cleanup() {
-  local rc=$?
-  stop_pids ${pids[@]+"${pids[@]}"}
-  rm -rf -- "$tmp"
-  exit "$rc"
-}
-trap_exit cleanup
+run_dir bench-gubernator
 
 if [[ -z ${BUCKETD_BIN:-} ]]; then
   log "building ./cmd/bucketd"

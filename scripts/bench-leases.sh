@@ -125,17 +125,9 @@ for tool in go redis-server redis-cli redis-benchmark jq; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found in PATH (Debian: apt-get install redis-server redis-tools jq)"
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-bench-leases.XXXXXX")
-pids=()
 # shellcheck source=scripts/bench-lib.sh
 . "$script_dir/bench-lib.sh"
-cleanup() {
-  local rc=$?
-  stop_pids ${pids[@]+"${pids[@]}"}
-  rm -rf -- "$tmp"
-  exit "$rc"
-}
-trap_exit cleanup
+run_dir bench-leases
 
 load_start=$(cat /proc/loadavg 2>/dev/null || echo n/a)
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo no-git)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# bench-lib.sh: helpers shared by bench.sh, bench-modes.sh and bench-ab.sh; sourced, not
+# bench-lib.sh: helpers shared by the bench-*.sh scripts and bench.sh; sourced, not
 # run. The caller defines HOST, CLIENTS, KEYSPACE, die and log.
 
 # stop_pids PID...: SIGTERM each process, wait for each about 5 s at most,
@@ -15,6 +15,25 @@ stop_pids() {
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
+}
+
+# run_dir NAME: make the run's temporary directory ($tmp, under TMPDIR,
+# named after NAME) and the list of processes it starts ($pids), and, when
+# the script exits, stop those and remove the directory. For scripts that
+# need nothing else at exit; the others write a cleanup of their own.
+run_dir() {
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/bucketd-$1.XXXXXX")
+  pids=()
+  trap_exit stop_run
+}
+
+# stop_run is run_dir's exit: the run's processes stopped, its directory
+# removed, the script's exit status kept.
+stop_run() {
+  local rc=$?
+  stop_pids ${pids[@]+"${pids[@]}"}
+  rm -rf -- "$tmp"
+  exit "$rc"
 }
 
 # trap_exit FUNC: run FUNC when the script exits, also on INT and TERM.
