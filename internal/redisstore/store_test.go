@@ -138,13 +138,15 @@ func TestSingleStore(t *testing.T) {
 	if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 		t.Fatalf("the key without the prefix exists (%d, %v)", n, err)
 	}
+	// The time to refill, as the script computes its PEXPIRE (no clamp
+	// applies at this limit), as of an instant read before PTTL: the PTTL
+	// read after it can only be smaller (plus the script's rounding up),
+	// however long the reads take on a busy machine.
+	now := redisMicros(t, rdb)
 	pttl, err := rdb.PTTL(ctx, stored).Result()
 	if err != nil {
 		t.Fatalf("PTTL: %v", err)
 	}
-	// The time to refill, as the script computes its PEXPIRE (no clamp
-	// applies at this limit).
-	now := redisMicros(t, rdb)
 	ttl := int64(math.Ceil((l.Capacity-state.Tokens)/l.Rate*1000 + float64(state.Last-now)/1000))
 	if ms := pttl.Milliseconds(); ms <= 0 || ms > ttl+1 || ms < ttl-1000 {
 		t.Fatalf("PTTL %d ms, want about %d (time to refill)", ms, ttl)
