@@ -333,9 +333,20 @@ func (p Policy) observe(e *Entry, cost float64, now int64) {
 		dt = 0
 	}
 	tau := p.tau()
-	decay := math.Exp(-float64(dt) / tau)
-	e.Demand = e.Demand*decay + cost*1e6/tau
+	e.Demand = e.Demand*decay(float64(dt)/tau) + cost*1e6/tau
 	e.Last = now
+}
+
+// decay is exp(-x) for x >= 0. A hot key's calls come microseconds apart,
+// a small fraction of the time constant, where four terms of the series
+// are within 7e-7 of it (the next term, x^4/24, is at most 6.4e-7 for
+// x <= 1/16) at a few multiplications instead of math.Exp's call: this
+// runs on every call a lease answers.
+func decay(x float64) float64 {
+	if x > 1.0/16 {
+		return math.Exp(-x)
+	}
+	return 1 - x*(1-x*(0.5-x/6))
 }
 
 // remaining is what a local answer shows: the lease's tokens plus what

@@ -285,3 +285,18 @@ func TestALeaseTooSmallForACallIsNotTaken(t *testing.T) {
 		now += 1_000_000
 	}
 }
+
+// TestDecayFollowsExp holds decay, observe's cheap exp(-x), to math.Exp
+// over the gaps between calls, from microseconds apart to many time
+// constants.
+func TestDecayFollowsExp(t *testing.T) {
+	for x := 0.0; x < 40; x = x*1.01 + 1e-7 {
+		got, want := decay(x), math.Exp(-x)
+		if math.Abs(got-want) > 7e-7*want {
+			t.Fatalf("decay(%g) = %.17g, math.Exp(-%g) = %.17g: relative error %.3g, want <= 7e-7", x, got, x, want, math.Abs(got-want)/want)
+		}
+	}
+	if decay(0) != 1 {
+		t.Fatalf("decay(0) = %g, want 1", decay(0))
+	}
+}
