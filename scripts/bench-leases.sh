@@ -65,6 +65,8 @@
 #   QUICK          1: small runs (N_* 10,000 to 100,000, 1 s of bucketd-load,
 #                  SETTLE 0.3): checks every step, not for quoting
 #   MODES          modes to run, of "memory store lease"          (all three)
+#   TESTS          tests to run, of "hot hot-pair deny-pair cold16 cold1 p99"
+#                  (all six; the report's rows of the others say n/a)
 #   N_HOT          requests per hot-key run, -P 16               (2000000)
 #   N_PAIR         requests per instance in the two-instance runs (1000000)
 #   N_DENY         requests per instance in the denied-key runs  (500000)
@@ -90,6 +92,7 @@ if [[ ${QUICK:-} == 1 ]]; then
 fi
 REPS=${REPS:-3}
 MODES=${MODES:-memory store lease}
+TESTS=${TESTS:-hot hot-pair deny-pair cold16 cold1 p99}
 N_HOT=${N_HOT:-2000000}
 N_PAIR=${N_PAIR:-1000000}
 N_DENY=${N_DENY:-500000}
@@ -120,6 +123,14 @@ for m in $MODES; do
   esac
 done
 ((${#on[@]})) || die "MODES is empty"
+declare -A test_on=()
+for t in $TESTS; do
+  case $t in
+  hot | hot-pair | deny-pair | cold16 | cold1 | p99) test_on[$t]=1 ;;
+  *) die "TESTS takes hot, hot-pair, deny-pair, cold16, cold1 and p99, got '$t'" ;;
+  esac
+done
+((${#test_on[@]})) || die "TESTS is empty"
 read -r -a lease_extra <<<"${LEASE_FLAGS:-}"
 for tool in go redis-server redis-cli redis-benchmark jq; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found in PATH (Debian: apt-get install redis-server redis-tools jq)"
@@ -364,24 +375,33 @@ contenders() {
 
 start_s=$SECONDS
 for ((rep = 1; rep <= REPS; rep++)); do
-  for m in $(contenders memory store lease); do
-    bench "$m-hot" "$N_HOT" 16 1000 "$m" -- "${hot[@]}"
+  if [[ -n ${test_on[hot]:-} ]]; then
+    for m in $(contenders memory store lease); do
+      bench "$m-hot" "$N_HOT" 16 1000 "$m" -- "${hot[@]}"
+    done
+  fi
+  if [[ -n ${test_on[hot-pair]:-} ]]; then
+    for m in $(contenders store lease); do
+      bench "$m-hot-pair" "$N_PAIR" 16 1000 "$m" "${m}2" -- "${hot[@]}"
+    done
+  fi
+  if [[ -n ${test_on[deny-pair]:-} ]]; then
+    for m in $(contenders store lease); do
+      bench "$m-deny-pair" "$N_DENY" 16 1 "$m" "${m}2" -- "${deny[@]}"
+    done
+  fi
+  for p in 16 1; do
+    [[ -n ${test_on[cold$p]:-} ]] || continue
+    for m in $(contenders store lease); do
+      n=N_COLD$p
+      bench "$m-cold$p" "${!n}" "$p" 10000000 "$m" -- "${cold[@]}"
+    done
   done
-  for m in $(contenders store lease); do
-    bench "$m-hot-pair" "$N_PAIR" 16 1000 "$m" "${m}2" -- "${hot[@]}"
-  done
-  for m in $(contenders store lease); do
-    bench "$m-deny-pair" "$N_DENY" 16 1 "$m" "${m}2" -- "${deny[@]}"
-  done
-  for m in $(contenders store lease); do
-    bench "$m-cold16" "$N_COLD16" 16 10000000 "$m" -- "${cold[@]}"
-  done
-  for m in $(contenders store lease); do
-    bench "$m-cold1" "$N_COLD1" 1 10000000 "$m" -- "${cold[@]}"
-  done
-  for m in $(contenders memory store lease); do
-    load "$m-p99" "$m"
-  done
+  if [[ -n ${test_on[p99]:-} ]]; then
+    for m in $(contenders memory store lease); do
+      load "$m-p99" "$m"
+    done
+  fi
 done
 elapsed=$((SECONDS - start_s))
 load_end=$(cat /proc/loadavg 2>/dev/null || echo n/a)
@@ -414,7 +434,7 @@ mode="full"
 [[ ${QUICK:-} == 1 ]] && mode="QUICK=1 (small runs: checks the steps, do not quote it)"
 echo "## Lease mode (\`scripts/bench-leases.sh\`)"
 echo
-echo "- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); ${elapsed} s of measurements; mode: $mode; MODES: $MODES"
+echo "- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); ${elapsed} s of measurements; mode: $mode; MODES: $MODES; TESTS: $TESTS"
 echo "- Machine: nproc $(nproc), $(uname -sm); load (/proc/loadavg) before: $load_start; after: $load_end"
 echo "- $(redis-server --version | cut -d' ' -f1-3); $(go version | cut -d' ' -f3); bucketd $bucketd_desc; GOMAXPROCS ${BUCKETD_GOMAXPROCS:-unset (Go default)}"
 echo "- store: \`--store URL --redis-timeout 1s --replicate-prefix st:\`; lease: \`--store URL --redis-timeout 1s --replicate-prefix ls: --leases --lease-ttl 4s${LEASE_FLAGS:+ $LEASE_FLAGS}\`"
