@@ -130,7 +130,7 @@ type Request struct {
 // LeaseOp is what lease mode's requests carry besides the common fields.
 type LeaseOp struct {
 	// Outcome, set by the shards at LeaseTake: answered (lease.Local), or
-	// Redis must answer (lease.Ask with Call, or lease.Plain).
+	// Redis must answer (lease.Ask with Call, or lease.Plain or lease.Cold).
 	Outcome lease.Outcome
 	// Call is the lease call: set by the shards at LeaseTake (lease.Ask),
 	// read by the Redis store for Lease.

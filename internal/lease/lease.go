@@ -145,6 +145,10 @@ const (
 	// Plain: Redis must answer, but a lease call for the key is already
 	// out: send the call as a plain acquire, which touches no lease.
 	Plain
+	// Cold: Redis must answer, and the key has no lease entry here (its
+	// first call, or no room for an entry; set by the entries' owner, never
+	// by Take): a plain acquire, whose reply has no entry to go to.
+	Cold
 )
 
 // Take answers a call of cost on limit at now, from the lease when it can

@@ -186,7 +186,8 @@ func (c *Caller) runRedis() ([]decide.Answer, error) {
 }
 
 // addMiss sends Redis a TB.ACQUIRE its lease could not answer, if so: as a
-// lease call, or, when one is out already for the key, as a plain acquire.
+// lease call, or as a plain acquire when one is out already for the key or
+// the key has no entry (lease.Cold).
 func (c *Caller) addMiss(it *item) bool {
 	op := it.req.Lease
 	r := decide.Request{Kind: decide.Acquire, Key: it.req.Key, Limit: it.req.Limit, Cost: it.req.Cost}
@@ -229,8 +230,10 @@ func (c *Caller) collect(local, remote []decide.Answer) {
 
 // applyReplies hands the shards what Redis did with the lease calls:
 // Apply when it replied, Fail when it did not or the Run failed (replied
-// false); Redis's answers to plain acquires (lease rule 4); and the end of
-// a remembered denial for each key reset.
+// false); Redis's answers to plain acquires of keys with an entry (lease
+// rule 4; a cold key's answer goes nowhere, so a cold key costs the shards
+// one visit, not two); and the end of a remembered denial for each key
+// reset.
 func (c *Caller) applyReplies(replied bool) error {
 	n := 0
 	for i := range c.items {

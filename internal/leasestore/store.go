@@ -109,7 +109,7 @@ type counters struct {
 	fromRedis  atomic.Int64 // client decisions Redis made
 	allowed    atomic.Int64 // of them, allowed
 	leaseCalls atomic.Int64 // lease calls sent (a client's miss, a renewal, a give-back)
-	plainCalls atomic.Int64 // plain acquires sent (a miss while a lease call was out)
+	plainCalls atomic.Int64 // plain acquires sent (a key's first call, a miss while a lease call was out)
 	failed     atomic.Int64 // lease calls that got no reply: the lease was dropped
 }
 

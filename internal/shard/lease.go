@@ -38,7 +38,11 @@ const MaxLeaseEntries = 1 << 16
 // leases is a shard's lease entries; nil outside lease mode.
 type leases struct {
 	cfg LeaseConfig
-	m   map[string]*lease.Entry
+	// m is the entries by the hash of their key (op.hash): a lookup
+	// hashes no string, the key was hashed once already to route it.
+	// Two keys of one hash share no entry: the second is answered as a
+	// cold key (lookup).
+	m map[uint64]*keyEntry
 	// peak is the most entries m has held since it was last made anew: a
 	// Go map never shrinks, and the sweep walks its empty slots too.
 	peak int
@@ -64,6 +68,21 @@ func (l *leases) firstCall(hash uint64, cost float64, now int64) (seen, bool) {
 	}
 	*slot = seen{hash: hash, at: now, cost: cost}
 	return seen{}, false
+}
+
+// keyEntry is a lease entry with its key, for the calls the shard starts
+// by itself and to tell keys of one hash apart.
+type keyEntry struct {
+	key string
+	lease.Entry
+}
+
+// lookup returns the entry of o's key, nil when it has none.
+func (l *leases) lookup(o *op) *keyEntry {
+	if e := l.m[o.hash]; e != nil && e.key == string(o.Key) {
+		return e
+	}
+	return nil
 }
 
 // nextGen hands out a record generation no entry of this shard has used.
@@ -112,22 +131,23 @@ type seen struct {
 // leaseEntry returns o's entry, making one for a key asked a second time
 // within the policy's demand window of its first call, and seeding its
 // demand with that call; nil for a key asked for the first time (or not
-// since long: a cold key) and when the shard holds MaxLeaseEntries
-// already. A cold key is then one plain acquire, as in store mode, with
+// since long: a cold key), when the shard holds MaxLeaseEntries already,
+// and when another key of the same hash has one. A cold key is then one plain acquire, as in store mode, with
 // no copy of its key kept.
 func (s *shard) leaseEntry(o *op, now int64) *lease.Entry {
-	if e, ok := s.leases.m[string(o.Key)]; ok {
-		return e
+	e, taken := s.leases.m[o.hash]
+	if taken && e.key == string(o.Key) {
+		return &e.Entry
 	}
 	first, ok := s.leases.firstCall(o.hash, o.Cost, now)
-	if !ok || len(s.leases.m) >= MaxLeaseEntries {
+	if !ok || taken || len(s.leases.m) >= MaxLeaseEntries {
 		return nil
 	}
-	e := &lease.Entry{Gen: s.leases.nextGen()}
-	s.leases.cfg.Policy.Observed(e, first.cost, first.at)
-	s.leases.m[string(o.Key)] = e
+	e = &keyEntry{key: string(o.Key), Entry: lease.Entry{Gen: s.leases.nextGen()}}
+	s.leases.cfg.Policy.Observed(&e.Entry, first.cost, first.at)
+	s.leases.m[o.hash] = e
 	s.leases.peak = max(s.leases.peak, len(s.leases.m))
-	return e
+	return &e.Entry
 }
 
 // held reports whether e holds a lease, for the current-leases gauge,
@@ -150,7 +170,7 @@ func (s *shard) recount(had bool, e *lease.Entry) {
 func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 	e := s.leaseEntry(o, now)
 	if e == nil {
-		o.Lease.Outcome = lease.Plain
+		o.Lease.Outcome = lease.Cold
 		return decide.Answer{}
 	}
 	had := held(e)
@@ -173,13 +193,16 @@ func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 // leaseApply takes in Redis's reply to the entry's call in flight, or its
 // answer to a plain acquire of the key (o.Lease.Outcome lease.Plain).
 func (s *shard) leaseApply(o *op, now int64) decide.Answer {
-	if o.Lease.Outcome == lease.Plain {
-		if e, ok := s.leases.m[string(o.Key)]; ok {
-			s.leases.cfg.Policy.PlainReply(e, o.Limit, o.Lease.Reply.Decision, o.Cost, now)
-		}
+	ke := s.leases.lookup(o)
+	if ke == nil {
 		return decide.Answer{}
 	}
-	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
+	e := &ke.Entry
+	if o.Lease.Outcome == lease.Plain {
+		s.leases.cfg.Policy.PlainReply(e, o.Limit, o.Lease.Reply.Decision, o.Cost, now)
+		return decide.Answer{}
+	}
+	if e.InFlight {
 		had := held(e)
 		s.leases.cfg.Policy.Apply(e, o.Lease.Reply, o.Cost, now)
 		s.recount(had, e)
@@ -194,8 +217,8 @@ func (s *shard) leaseApply(o *op, now int64) decide.Answer {
 
 // leaseFail takes in that the entry's call in flight got no reply.
 func (s *shard) leaseFail(o *op) decide.Answer {
-	if e, ok := s.leases.m[string(o.Key)]; ok && e.InFlight {
-		s.leaseDrop(e, o.Lease.Call.Returned)
+	if e := s.leases.lookup(o); e != nil && e.InFlight {
+		s.leaseDrop(&e.Entry, o.Lease.Call.Returned)
 	}
 	return decide.Answer{}
 }
@@ -213,7 +236,7 @@ func (s *shard) leaseDrop(e *lease.Entry, givenBack float64) {
 // leaseReset ends the denial the entry remembers: the bucket was reset in
 // Redis.
 func (s *shard) leaseReset(o *op) decide.Answer {
-	if e, ok := s.leases.m[string(o.Key)]; ok {
+	if e := s.leases.lookup(o); e != nil {
 		e.DenyUntil = 0
 	}
 	return decide.Answer{}
@@ -225,21 +248,22 @@ func (s *shard) leaseReset(o *op) decide.Answer {
 // entry is looked at.
 func (s *shard) leaseSweep(now int64, budget int) {
 	p := s.leases.cfg.Policy
-	for key, e := range s.leases.m {
+	for h, ke := range s.leases.m {
 		if budget--; budget < 0 {
 			return
 		}
+		e := &ke.Entry
 		switch {
 		case p.Forgettable(e, now):
-			delete(s.leases.m, key)
+			delete(s.leases.m, h)
 		case p.Unused(e, now):
-			if r, ok := p.GiveBack(e, now); ok && !s.leases.cfg.Outbox(key, e.Limit, r) {
+			if r, ok := p.GiveBack(e, now); ok && !s.leases.cfg.Outbox(ke.key, e.Limit, r) {
 				s.leaseDrop(e, r.Returned)
 			}
 		}
 	}
 	if n := len(s.leases.m); s.leases.peak > 1024 && n < s.leases.peak/4 {
-		m := make(map[string]*lease.Entry, n)
+		m := make(map[uint64]*keyEntry, n)
 		for k, e := range s.leases.m {
 			m[k] = e
 		}
@@ -256,11 +280,12 @@ func (g *Group) GiveBackAll() (int, error) {
 			if s.leases == nil {
 				return
 			}
-			for key, e := range s.leases.m {
+			for _, ke := range s.leases.m {
+				e := &ke.Entry
 				r, ok := s.leases.cfg.Policy.GiveBack(e, now)
 				switch {
 				case !ok:
-				case s.leases.cfg.Outbox(key, e.Limit, r):
+				case s.leases.cfg.Outbox(ke.key, e.Limit, r):
 					n++
 				default:
 					s.leaseDrop(e, r.Returned)

@@ -37,8 +37,8 @@ func TestALeaseRecordIsNeverReusedForAKey(t *testing.T) {
 	for round := range 3 {
 		first := &decide.LeaseOp{}
 		run(decide.LeaseTake, first) // a key's first call makes no entry (TestAColdKeyGetsNoLeaseEntry)
-		if first.Outcome != lease.Plain {
-			t.Fatalf("round %d: the key's first call: outcome %v, want Plain", round, first.Outcome)
+		if first.Outcome != lease.Cold {
+			t.Fatalf("round %d: the key's first call: outcome %v, want Cold", round, first.Outcome)
 		}
 		for range 2 {
 			op := &decide.LeaseOp{}
@@ -83,8 +83,8 @@ func TestAColdKeyGetsNoLeaseEntry(t *testing.T) {
 		return op
 	}
 	for i := range 1000 {
-		if op := take(fmt.Sprintf("cold%d", i)); op.Outcome != lease.Plain {
-			t.Fatalf("cold key %d: outcome %v, want Plain", i, op.Outcome)
+		if op := take(fmt.Sprintf("cold%d", i)); op.Outcome != lease.Cold {
+			t.Fatalf("cold key %d: outcome %v, want Cold", i, op.Outcome)
 		}
 	}
 	if n, _ := g.LeaseEntries(); n != 0 {
@@ -98,5 +98,60 @@ func TestAColdKeyGetsNoLeaseEntry(t *testing.T) {
 	}
 	if n, _ := g.LeaseEntries(); n != 1 {
 		t.Fatalf("%d lease entries after a key asked twice, want 1", n)
+	}
+}
+
+// TestKeysOfOneHashShareNoEntry: lease entries are found by their key's
+// hash, and a second key of the same hash is answered as a cold key (a
+// plain acquire) rather than from the first key's lease; Redis's replies
+// to it leave the first key's entry as it was.
+func TestKeysOfOneHashShareNoEntry(t *testing.T) {
+	clk := testkit.NewClock()
+	p := lease.DefaultPolicy
+	p.Target = 1_000_000
+	g := New(Config{Shards: 1, Clock: clk.Now, Base: clk.Base(),
+		Lease: &LeaseConfig{Policy: p, Outbox: func(string, bucket.Limit, lease.Request) bool { return true }}})
+	defer g.Close()
+	lim := bucket.Limit{Capacity: 1000, Rate: 100}
+	const hash = 0x5eed
+	mk := func(key string) *op {
+		return &op{Request: decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1,
+			Lease: &decide.LeaseOp{}}, hash: hash}
+	}
+	var failure string
+	err := g.on(0, func(s *shard, now int64) {
+		var n tally
+		a1, a2 := mk("a"), mk("a")
+		s.leaseTake(a1, now, &n)
+		s.leaseTake(a2, now+1000, &n)
+		if a2.Lease.Outcome != lease.Ask {
+			failure = fmt.Sprintf("key a's second call: outcome %v, want Ask", a2.Lease.Outcome)
+			return
+		}
+		for i := range 3 {
+			b := mk("b")
+			s.leaseTake(b, now+2000+int64(i), &n)
+			if b.Lease.Outcome != lease.Cold {
+				failure = fmt.Sprintf("key b (a's hash), call %d: outcome %v, want Cold", i, b.Lease.Outcome)
+				return
+			}
+			b.Lease.Reply = lease.Reply{Decision: bucket.Decision{Allowed: true, Remaining: 7}, Epoch: 9, Held: 50}
+			b.Lease.Outcome = lease.Ask // as if b had a lease call out: its reply must not reach a's entry
+			s.leaseApply(b, now+3000)
+			s.leaseFail(b)
+		}
+		e := s.leases.lookup(a2)
+		switch {
+		case len(s.leases.m) != 1 || e == nil || e.key != "a":
+			failure = fmt.Sprintf("entries %d, a's %+v: want a's alone", len(s.leases.m), e)
+		case !e.InFlight || e.Epoch != 0 || e.RedisTokens != 0:
+			failure = fmt.Sprintf("a's entry after b's replies: %+v, want its own call still in flight, nothing applied", e.Entry)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failure != "" {
+		t.Fatal(failure)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/bucketd/bucketd/internal/bucket"
 	"github.com/bucketd/bucketd/internal/clock"
 	"github.com/bucketd/bucketd/internal/decide"
-	"github.com/bucketd/bucketd/internal/lease"
 )
 
 // task is what travels on a shard's queue: a client batch, or a
@@ -100,7 +99,7 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 		s.maxEntries = max(1, cfg.MaxBuckets/shards)
 	}
 	if cfg.Lease != nil {
-		s.leases = &leases{cfg: *cfg.Lease, m: make(map[string]*lease.Entry), seen: make([]seen, seenSlots(shards))}
+		s.leases = &leases{cfg: *cfg.Lease, m: make(map[uint64]*keyEntry), seen: make([]seen, seenSlots(shards))}
 	}
 	s.rng = uint64(time.Now().UnixNano()) | 1
 	return s
