@@ -161,6 +161,14 @@ func TestRenewerQueueFullDropsTheLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A few more calls at once make the demand, and so the lease, large
+	// enough to hold tokens when the refused renewal drops it: a lease of
+	// two tokens renews when it is empty, and drops nothing countable.
+	for range 30 {
+		if _, err := run1(c, acquireReq(key, l, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(20 * time.Millisecond) // a renewal in flight is back
 	srv.Pause()
 	posted := 0

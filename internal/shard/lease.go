@@ -173,8 +173,8 @@ func (s *shard) leaseTake(o *op, now int64, n *tally) decide.Answer {
 		o.Lease.Outcome = lease.Cold
 		return decide.Answer{}
 	}
-	had := held(e)
-	defer s.recount(had, e)
+	// Take changes no record (held), so only a dropped lease moves the
+	// current-leases gauge, in leaseDrop.
 	p := &s.leases.cfg.Policy
 	out, d, req, renew := p.Take(e, o.Limit, o.Cost, now)
 	o.Lease.Outcome, o.Lease.Call = out, req
