@@ -3,6 +3,7 @@ package leasestore
 import (
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/lease"
+	"github.com/bucketd/bucketd/internal/shard"
 )
 
 // Caller runs one connection's requests in lease mode. Not safe for
@@ -11,7 +12,7 @@ import (
 // nothing.
 type Caller struct {
 	s      *Store
-	shards decide.Caller // the lease entries
+	shards *shard.Caller // the lease entries
 	redis  decide.Caller // what the leases cannot answer
 
 	items   []item
@@ -26,6 +27,7 @@ type where uint8
 
 const (
 	atShards    where = iota // a TB.ACQUIRE: the lease, or Redis when it cannot
+	coldKey                  // a TB.ACQUIRE of a key with no lease entry: Redis, as a plain acquire
 	atRedis                  // TB.PEEK, TB.RESET, CL.THROTTLE: Redis
 	groupStart               // the first request of a group sent to Redis (n requests)
 	groupMember              // a later request of that group
@@ -49,6 +51,9 @@ func (c *Caller) Add(r decide.Request) {
 	it := item{req: r, where: atRedis, redisAt: -1}
 	if r.Kind == decide.Acquire {
 		it.req.Kind, it.req.Lease, it.where = decide.LeaseTake, c.nextOp(), atShards
+		if c.shards.AddLeaseTake(it.req) {
+			it.where = coldKey
+		}
 	}
 	c.items = append(c.items, it)
 }
@@ -88,6 +93,7 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) { return c.Run() }
 func (c *Caller) Run() ([]decide.Answer, error) {
 	defer c.reset()
 	if c.s.closed.Load() {
+		c.shards.Discard() // the TB.ACQUIREs Add gave the shards
 		return nil, ErrClosed
 	}
 	local, err := c.runShards()
@@ -123,12 +129,12 @@ func (c *Caller) closedErr(err error) error {
 	return err
 }
 
-// runShards sends the TB.ACQUIREs to the shards, numbering their answers.
+// runShards runs the TB.ACQUIREs Add gave the shards, numbering their
+// answers.
 func (c *Caller) runShards() ([]decide.Answer, error) {
 	n := 0
 	for i := range c.items {
 		if it := &c.items[i]; it.where == atShards {
-			c.shards.Add(it.req)
 			it.shardAt = n
 			n++
 		}
@@ -161,6 +167,9 @@ func (c *Caller) runRedis() ([]decide.Answer, error) {
 			if !c.addMiss(it) {
 				continue
 			}
+		case coldKey:
+			c.s.n.plainCalls.Add(1)
+			c.redis.Add(decide.Request{Kind: decide.Acquire, Key: it.req.Key, Limit: it.req.Limit, Cost: it.req.Cost})
 		case atRedis:
 			c.redis.Add(it.req)
 		case groupStart:
@@ -215,7 +224,7 @@ func (c *Caller) collect(local, remote []decide.Answer) {
 		switch {
 		case it.redisAt >= 0:
 			a = remote[it.redisAt]
-			if it.where == atShards && a.Err == nil {
+			if (it.where == atShards || it.where == coldKey) && a.Err == nil {
 				c.s.n.fromRedis.Add(1)
 				if a.Decision.Allowed {
 					c.s.n.allowed.Add(1)

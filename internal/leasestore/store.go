@@ -50,10 +50,12 @@
 //     TestRenewerQueueFullDropsTheLease.
 //  4. What a client can make the store hold is bounded: lease entries by
 //     shard.MaxLeaseEntries per shard (a key asked once makes none: a
-//     fixed table of key hashes remembers its first call,
-//     TestAColdKeyGetsNoLeaseEntry), the renewer's queue by
-//     maxRenewQueue; a renewal or give-back the full queue refuses drops
-//     the lease (lease rule 2), never blocks a shard.
+//     fixed table of key hashes, the shards' cold filter, remembers its
+//     first call, which goes to Redis without a visit to its shard;
+//     TestAColdKeyGetsNoLeaseEntry, TestAColdKeysFirstCallSkipsItsShard),
+//     the renewer's queue by maxRenewQueue; a renewal or give-back the
+//     full queue refuses drops the lease (lease rule 2), never blocks a
+//     shard.
 //     TestRenewerQueueFullDropsTheLease.
 //  5. The instances together never grant more, in any window of length w,
 //     than capacity + rate*w: through Redis paused past the lease TTL,

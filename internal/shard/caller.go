@@ -67,6 +67,11 @@ func (g *Group) NewCaller() *Caller {
 // Add queues r for the next Run. r.Key must stay valid until Run returns.
 func (c *Caller) Add(r decide.Request) {
 	i, h := c.g.route(r.Key)
+	c.add(r, i, h)
+}
+
+// add queues r for shard i; h is its key's hash.
+func (c *Caller) add(r decide.Request, i int, h uint64) {
 	b := &c.batches[i]
 	if len(b.ops) == 0 {
 		c.used = append(c.used, i)
@@ -157,6 +162,9 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	}
 	return c.finish(err)
 }
+
+// Discard drops what was added since the last Run, unsent.
+func (c *Caller) Discard() { c.finish(ErrClosed) } //nolint:errcheck // nothing ran: there is no answer
 
 // RunIsolated is Run: every Run is already a unit. It exists for the
 // stores, such as Redis, where isolation costs something (decide.Caller).

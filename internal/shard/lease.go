@@ -46,28 +46,15 @@ type leases struct {
 	// peak is the most entries m has held since it was last made anew: a
 	// Go map never shrinks, and the sweep walks its empty slots too.
 	peak int
-	// seen is the keys asked once, by hash (firstCall).
-	seen []seen
+	// cold is the group's cold filter: the first calls of keys without an
+	// entry, and how many entries each of its slots has (coldfilter.go).
+	cold *coldFilter
 	// gen is the last record generation handed out. Every entry made and
 	// every record given up takes the next one, so a key never goes back
 	// to a record an earlier entry or call of it used, however often its
 	// entry is forgotten and made again (lease rule 2); the instance id,
 	// new at each start, does the same across restarts.
 	gen uint32
-}
-
-// firstCall returns the first call of the key of hash asked without an
-// entry, if that was within the demand window, and forgets it; otherwise
-// it remembers this call, of cost at now, as the key's first.
-func (l *leases) firstCall(hash uint64, cost float64, now int64) (seen, bool) {
-	slot := &l.seen[hash&uint64(len(l.seen)-1)]
-	if slot.hash == hash && now-slot.at < l.cfg.Policy.DemandWindow() {
-		first := *slot
-		*slot = seen{}
-		return first, true
-	}
-	*slot = seen{hash: hash, at: now, cost: cost}
-	return seen{}, false
 }
 
 // keyEntry is a lease entry with its key, for the calls the shard starts
@@ -102,32 +89,6 @@ type LeaseCounts struct {
 // micro is tokens in millionths, for LeaseCounts.
 func micro(tokens float64) int64 { return int64(tokens * 1e6) }
 
-// seenTotal is the number of slots of the tables of keys asked once,
-// split over the shards (at least minSeen each, a power of two): 65,536
-// slots of 24 bytes, 1.5 MiB. A hot key's second call finds its slot
-// unless as many cold keys as its shard has slots came in between.
-const (
-	seenTotal = 1 << 16
-	minSeen   = 1 << 10
-)
-
-// seenSlots is a shard's number of slots when there are shards.
-func seenSlots(shards int) int {
-	n := minSeen
-	for n*shards < seenTotal {
-		n *= 2
-	}
-	return n
-}
-
-// seen is a key hash, the instant it was first asked without an entry,
-// and that call's cost.
-type seen struct {
-	hash uint64
-	at   int64
-	cost float64
-}
-
 // leaseEntry returns o's entry, making one for a key asked a second time
 // within the policy's demand window of its first call, and seeding its
 // demand with that call; nil for a key asked for the first time (or not
@@ -139,13 +100,15 @@ func (s *shard) leaseEntry(o *op, now int64) *lease.Entry {
 	if taken && e.key == string(o.Key) {
 		return &e.Entry
 	}
-	first, ok := s.leases.firstCall(o.hash, o.Cost, now)
+	first, ok := s.leases.cold.firstCall(o.hash, now)
 	if !ok || taken || len(s.leases.m) >= MaxLeaseEntries {
 		return nil
 	}
 	e = &keyEntry{key: string(o.Key), Entry: lease.Entry{Gen: s.leases.nextGen()}}
-	s.leases.cfg.Policy.Observed(&e.Entry, first.cost, first.at)
+	// The first call's cost is not remembered: this one's stands for it.
+	s.leases.cfg.Policy.Observed(&e.Entry, o.Cost, first)
 	s.leases.m[o.hash] = e
+	s.leases.cold.made(o.hash)
 	s.leases.peak = max(s.leases.peak, len(s.leases.m))
 	return &e.Entry
 }
@@ -256,6 +219,7 @@ func (s *shard) leaseSweep(now int64, budget int) {
 		switch {
 		case p.Forgettable(e, now):
 			delete(s.leases.m, h)
+			s.leases.cold.forgot(h)
 		case p.Unused(e, now):
 			if r, ok := p.GiveBack(e, now); ok && !s.leases.cfg.Outbox(ke.key, e.Limit, r) {
 				s.leaseDrop(e, r.Returned)

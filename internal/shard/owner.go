@@ -82,7 +82,7 @@ func (s *shard) tick() int64 {
 	return s.last
 }
 
-func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
+func newShard(cfg Config, shards int, seed maphash.Seed, cold *coldFilter) *shard {
 	s := &shard{
 		queue:    newQueue(),
 		clock:    cfg.Clock,
@@ -99,7 +99,7 @@ func newShard(cfg Config, shards int, seed maphash.Seed) *shard {
 		s.maxEntries = max(1, cfg.MaxBuckets/shards)
 	}
 	if cfg.Lease != nil {
-		s.leases = &leases{cfg: *cfg.Lease, m: make(map[uint64]*keyEntry), seen: make([]seen, seenSlots(shards))}
+		s.leases = &leases{cfg: *cfg.Lease, m: make(map[uint64]*keyEntry), cold: cold}
 	}
 	s.rng = uint64(time.Now().UnixNano()) | 1
 	return s

@@ -57,6 +57,7 @@ type Group struct {
 	seed   maphash.Seed
 	clock  clock.Clock
 	base   clock.Base
+	cold   *coldFilter // lease mode's (coldfilter.go); nil otherwise
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // one per shard goroutine
@@ -81,8 +82,11 @@ func New(cfg Config) *Group {
 		clock:  cfg.Clock,
 		base:   cfg.Base,
 	}
+	if cfg.Lease != nil {
+		g.cold = newColdFilter(cfg.Lease.Policy.DemandWindow())
+	}
 	for i := range g.shards {
-		s := newShard(cfg, n, g.seed)
+		s := newShard(cfg, n, g.seed, g.cold)
 		g.shards[i] = s
 		g.wg.Go(func() { s.run(cfg.SweepInterval) })
 	}

@@ -1,0 +1,110 @@
+package shard
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/decide"
+	"github.com/bucketd/bucketd/internal/lease"
+	"github.com/bucketd/bucketd/internal/testkit"
+)
+
+// TestAColdKeysFirstCallSkipsItsShard: in lease mode a key's first call
+// is answered cold by the Caller without a visit to the shard (the
+// caller sends Redis a plain acquire); its second call within the demand
+// window goes to the shard, which makes the entry and asks for a lease;
+// a key whose filter slot counts an entry goes to its shard; and once the
+// entry is forgotten, its slot counts none again.
+func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
+	clk := testkit.NewClock()
+	p := lease.DefaultPolicy
+	p.Target = 1_000_000
+	g := New(Config{Shards: 4, Clock: clk.Now, Base: clk.Base(), SweepInterval: time.Millisecond,
+		Lease: &LeaseConfig{Policy: p, Outbox: func(string, bucket.Limit, lease.Request) bool { return true }}})
+	defer g.Close()
+	c := g.NewCaller()
+	lim := bucket.Limit{Capacity: 1000, Rate: 100}
+	take := func(key string) (*decide.LeaseOp, bool) {
+		t.Helper()
+		op := &decide.LeaseOp{}
+		cold := c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: op})
+		as, err := c.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cold != (len(as) == 0) {
+			t.Fatalf("%s: cold %v, but the shards answered %d calls", key, cold, len(as))
+		}
+		return op, cold
+	}
+	for i := range 1000 {
+		if op, cold := take(fmt.Sprintf("cold%d", i)); !cold || op.Outcome != lease.Cold {
+			t.Fatalf("cold key %d: cold %v, outcome %v: want its first call answered cold", i, cold, op.Outcome)
+		}
+	}
+	if n, _ := g.LeaseEntries(); n != 0 {
+		t.Fatalf("1,000 keys asked once left %d lease entries, want 0", n)
+	}
+	take("hot")
+	clk.Advance(time.Millisecond)
+	op, cold := take("hot")
+	if cold || op.Outcome != lease.Ask || op.Call.Want <= 0 {
+		t.Fatalf("a key's second call 1 ms after its first: cold %v, outcome %v, want %v: want a lease asked for", cold, op.Outcome, op.Call.Want)
+	}
+	_, h := g.route([]byte("hot"))
+	if n := g.cold.entries[slotOf(h)].Load(); n != 1 {
+		t.Fatalf("the slot of a key with an entry counts %d entries, want 1", n)
+	}
+	// Another key of the slot goes to its shard (which answers it cold).
+	other := ""
+	for i := 0; other == ""; i++ {
+		if _, h2 := g.route(fmt.Appendf(nil, "k%d", i)); slotOf(h2) == slotOf(h) {
+			other = fmt.Sprintf("k%d", i)
+		}
+	}
+	if op, cold := take(other); cold || op.Outcome != lease.Cold {
+		t.Fatalf("a key of a slot with an entry: cold %v, outcome %v, want its shard to answer it Cold", cold, op.Outcome)
+	}
+	// The lease call fails: nothing is held, and once idle the entry is
+	// forgotten, and its slot counts none.
+	c.Add(decide.Request{Kind: decide.LeaseFail, Key: []byte("hot"), Lease: op})
+	if _, err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Duration(2*p.Idle) * time.Microsecond)
+	if !testkit.Poll(5*time.Second, func() bool { n, _ := g.LeaseEntries(); return n == 0 }) {
+		t.Fatal("the idle entry was not forgotten")
+	}
+	if n := g.cold.entries[slotOf(h)].Load(); n != 0 {
+		t.Fatalf("the slot of a forgotten entry counts %d entries, want 0", n)
+	}
+}
+
+// TestColdFilterRemembersAFirstCallForTheWindow: a key's second call is a
+// second only within the demand window of its first, and a call read as a
+// second is forgotten (a third call starts over).
+func TestColdFilterRemembersAFirstCallForTheWindow(t *testing.T) {
+	f := newColdFilter(200_000)
+	const h, other = 0xabcdef0123456789, 0x1bcdef0123456789 // one slot, other upper bits
+	if _, ok := f.firstCall(h, 1_000_000); ok {
+		t.Fatal("a first call read as a second")
+	}
+	if _, ok := f.firstCall(other, 1_050_000); ok {
+		t.Fatal("another key of the slot read as the first's second call")
+	}
+	if _, ok := f.firstCall(h, 1_100_000); ok {
+		t.Fatal("a key whose first call another key's replaced read as a second")
+	}
+	at, ok := f.firstCall(h, 1_299_000)
+	if !ok || at != 1_100_000 {
+		t.Fatalf("a second call 199 ms after the first: %v at %d, want a second call of a first at 1100000", ok, at)
+	}
+	if _, ok := f.firstCall(h, 1_300_000); ok {
+		t.Fatal("a third call read as a second: the second should have been forgotten")
+	}
+	if _, ok := f.firstCall(h, 1_500_000); ok {
+		t.Fatal("a call 200 ms after the first read as its second: the window is 200 ms")
+	}
+}
