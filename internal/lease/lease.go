@@ -120,6 +120,8 @@ type Entry struct {
 	Size     float64      // the lease size last asked for
 	Demand   float64      // tokens a second asked here, decaying (see observe)
 	Last     int64        // the instant of the last call
+	Born     int64        // the instant of the first call observed
+	Calls    uint32       // calls observed, up to warmCalls
 	// DenyUntil and DenyCost: Redis denied a call of cost DenyCost; calls of
 	// that cost or more are denied here until DenyUntil.
 	DenyUntil int64
@@ -195,9 +197,9 @@ func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Reque
 	} else {
 		r.Returned, e.Tokens = e.Tokens, 0
 	}
-	e.Size = p.size(e, l)
+	e.Size = p.size(e, l, now)
 	r.Want = max(0, e.Size-usable)
-	if p.prior(e, cost)*float64(p.Target)/1e6 < max(cost, 1) {
+	if p.prior(e, cost, now)*float64(p.Target)/1e6 < max(cost, 1) {
 		// Without this call the key's demand is worth less than one call
 		// over a lease period: a lease could answer no further call and
 		// would only cost a give-back (a rare key costs one call, as in
@@ -212,8 +214,29 @@ func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Reque
 
 // size is the lease the key's demand calls for: Target of it, at most
 // MaxShare of the capacity.
-func (p Policy) size(e *Entry, l bucket.Limit) float64 {
-	return min(e.Demand*float64(p.Target)/1e6, p.MaxShare*l.Capacity)
+func (p Policy) size(e *Entry, l bucket.Limit, now int64) float64 {
+	return min(p.estimate(e, e.Demand, now)*float64(p.Target)/1e6, p.MaxShare*l.Capacity)
+}
+
+// warmCalls is how many calls a key's demand estimate counts before it is
+// corrected for its youth (estimate).
+const warmCalls = 8
+
+// estimate is the rate d, a value of the decaying demand, corrected for an
+// entry younger than a few time constants: the decaying sum starts at 0,
+// so for its first time constants it reads low, by the factor
+// 1 - exp(-age/tau), and a key that has just become hot would lease too
+// little and call Redis again and again while the estimate caught up
+// (four lease calls at 1,000 calls a second). The correction waits for
+// warmCalls calls, so that two calls close together do not read as a
+// high rate and lease tokens a key asked twice would strand.
+func (p Policy) estimate(e *Entry, d float64, now int64) float64 {
+	tau := p.tau()
+	age := float64(now - e.Born)
+	if e.Calls < warmCalls || age <= 0 || age >= 4*tau {
+		return d
+	}
+	return d / (1 - math.Exp(-age/tau))
 }
 
 // Apply takes in Redis's reply to the call in flight, at now: the tokens
@@ -324,8 +347,8 @@ func (p Policy) tau() float64 { return float64(min(max(p.Target, 1), demandWindo
 // prior is the key's demand without the call of cost that observe just
 // counted: a single call alone reads as a rate of cost/tau, which would
 // size a lease for a key asked once.
-func (p Policy) prior(e *Entry, cost float64) float64 {
-	return max(0, e.Demand-cost*1e6/p.tau())
+func (p Policy) prior(e *Entry, cost float64, now int64) float64 {
+	return p.estimate(e, max(0, e.Demand-cost*1e6/p.tau()), now)
 }
 
 // observe folds a call of cost at now into the key's demand: an
@@ -335,6 +358,12 @@ func (p Policy) observe(e *Entry, cost float64, now int64) {
 	dt := now - e.Last
 	if e.Last == 0 || dt < 0 {
 		dt = 0
+	}
+	if e.Calls == 0 {
+		e.Born = now
+	}
+	if e.Calls < warmCalls {
+		e.Calls++
 	}
 	tau := p.tau()
 	e.Demand = e.Demand*decay(float64(dt)/tau) + cost*1e6/tau

@@ -153,11 +153,11 @@ func TestLeaseFollowsDemandWithinItsBounds(t *testing.T) {
 	if math.Abs(e.Demand-1000) > 50 {
 		t.Fatalf("demand %v tokens/s at 1,000 calls of 1 a second", e.Demand)
 	}
-	if got, want := p.size(&e, lim), 200.0*e.Demand/1000; math.Abs(got-min(want, 100)) > 1e-9 {
+	if got, want := p.size(&e, lim, e.Last), 200.0*e.Demand/1000; math.Abs(got-min(want, 100)) > 1e-9 {
 		t.Fatalf("lease size %v, want Target's worth capped at a tenth of the capacity (100)", got)
 	}
 	small := bucket.Limit{Capacity: 50, Rate: 1}
-	if got := p.size(&e, small); got != 5 {
+	if got := p.size(&e, small, e.Last); got != 5 {
 		t.Fatalf("lease size %v under capacity 50, want 5 (MaxShare)", got)
 	}
 	now += 10 * p.Target
