@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/bucketd/bucketd/internal/decide"
@@ -24,7 +25,8 @@ import (
 //     by the shards as they make and forget entries. A key whose slot
 //     counts none has no entry anywhere.
 //   - seen remembers the last first call of a key without an entry in the
-//     slot: the upper bits of its hash and the millisecond it came, so that
+//     slot: the upper 24 bits of its hash, the millisecond it came (mod
+//     2^24, 4.6 hours) and its cost (the upper half of its float32), so that
 //     the key's second call within the demand window is sent to its shard,
 //     which makes the entry then (leases.firstCall).
 type coldFilter struct {
@@ -38,8 +40,7 @@ type coldFilter struct {
 // slot came in between.
 const filterSlots = 1 << 16
 
-// seenTime is the bits of a seen slot that hold the millisecond (mod
-// 2^24, 4.6 hours); the other 40 are the hash's upper bits.
+// seenTime masks the millisecond of a seen slot (bits 16-39).
 const seenTime = 1<<24 - 1
 
 func newColdFilter(windowUs int64) *coldFilter {
@@ -57,29 +58,30 @@ func slotOf(hash uint64) uint64 { return hash & (filterSlots - 1) }
 // otherwise it remembers this call as the key's first. The shards call it
 // for a key without an entry. Safe for concurrent use: two racing calls of
 // one slot may both read as first, which costs only a later entry.
-func (f *coldFilter) firstCall(hash uint64, nowUs int64) (at int64, ok bool) {
+func (f *coldFilter) firstCall(hash uint64, cost float64, nowUs int64) (at int64, firstCost float64, ok bool) {
 	slot := &f.seen[slotOf(hash)]
 	if v, ago, ok := f.recent(slot, hash, nowUs); ok {
 		slot.CompareAndSwap(v, 0)
-		return nowUs - ago*1000, true
+		return nowUs - ago*1000, float64(math.Float32frombits(uint32(v&0xffff) << 16)), true
 	}
-	f.remember(slot, hash, nowUs)
-	return 0, false
+	f.remember(slot, hash, cost, nowUs)
+	return 0, 0, false
 }
 
 // recent reports whether slot holds a call of the key of hash within the
 // window before nowUs, ago ms before it; v is the slot's value.
 func (f *coldFilter) recent(slot *atomic.Uint64, hash uint64, nowUs int64) (v uint64, ago int64, ok bool) {
 	v = slot.Load()
-	if v == 0 || v>>24 != hash>>24 {
+	if v == 0 || v>>40 != hash>>40 {
 		return v, 0, false
 	}
-	ago = int64((uint64(nowUs/1000) - v) & seenTime)
+	ago = int64((uint64(nowUs/1000) - v>>16) & seenTime)
 	return v, ago, ago < f.window
 }
 
-func (f *coldFilter) remember(slot *atomic.Uint64, hash uint64, nowUs int64) {
-	slot.Store(hash>>24<<24 | uint64(nowUs/1000)&seenTime)
+func (f *coldFilter) remember(slot *atomic.Uint64, hash uint64, cost float64, nowUs int64) {
+	c := uint64(math.Float32bits(float32(cost)) >> 16)
+	slot.Store(hash>>40<<40 | (uint64(nowUs/1000)&seenTime)<<16 | c)
 }
 
 // made and forgot move the count of the entries of hash's slot; only the
@@ -98,7 +100,7 @@ func (c *Caller) AddLeaseTake(r decide.Request) (cold bool) {
 	if f := c.g.cold; f != nil && f.entries[slotOf(h)].Load() == 0 {
 		slot, now := &f.seen[slotOf(h)], c.g.clock()
 		if _, _, second := f.recent(slot, h, now); !second {
-			f.remember(slot, h, now)
+			f.remember(slot, h, r.Cost, now)
 			r.Lease.Outcome = lease.Cold
 			return true
 		}

@@ -88,23 +88,23 @@ func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
 func TestColdFilterRemembersAFirstCallForTheWindow(t *testing.T) {
 	f := newColdFilter(200_000)
 	const h, other = 0xabcdef0123456789, 0x1bcdef0123456789 // one slot, other upper bits
-	if _, ok := f.firstCall(h, 1_000_000); ok {
+	if _, _, ok := f.firstCall(h, 20, 1_000_000); ok {
 		t.Fatal("a first call read as a second")
 	}
-	if _, ok := f.firstCall(other, 1_050_000); ok {
+	if _, _, ok := f.firstCall(other, 1, 1_050_000); ok {
 		t.Fatal("another key of the slot read as the first's second call")
 	}
-	if _, ok := f.firstCall(h, 1_100_000); ok {
+	if _, _, ok := f.firstCall(h, 2.5, 1_100_000); ok {
 		t.Fatal("a key whose first call another key's replaced read as a second")
 	}
-	at, ok := f.firstCall(h, 1_299_000)
-	if !ok || at != 1_100_000 {
-		t.Fatalf("a second call 199 ms after the first: %v at %d, want a second call of a first at 1100000", ok, at)
+	at, cost, ok := f.firstCall(h, 1, 1_299_000)
+	if !ok || at != 1_100_000 || cost != 2.5 {
+		t.Fatalf("a second call 199 ms after the first: %v, first at %d of cost %g, want a first call at 1100000 of cost 2.5", ok, at, cost)
 	}
-	if _, ok := f.firstCall(h, 1_300_000); ok {
+	if _, _, ok := f.firstCall(h, 1, 1_300_000); ok {
 		t.Fatal("a third call read as a second: the second should have been forgotten")
 	}
-	if _, ok := f.firstCall(h, 1_500_000); ok {
+	if _, _, ok := f.firstCall(h, 1, 1_500_000); ok {
 		t.Fatal("a call 200 ms after the first read as its second: the window is 200 ms")
 	}
 }

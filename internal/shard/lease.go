@@ -100,13 +100,12 @@ func (s *shard) leaseEntry(o *op, now int64) *lease.Entry {
 	if taken && e.key == string(o.Key) {
 		return &e.Entry
 	}
-	first, ok := s.leases.cold.firstCall(o.hash, now)
+	at, cost, ok := s.leases.cold.firstCall(o.hash, o.Cost, now)
 	if !ok || taken || len(s.leases.m) >= MaxLeaseEntries {
 		return nil
 	}
 	e = &keyEntry{key: string(o.Key), Entry: lease.Entry{Gen: s.leases.nextGen()}}
-	// The first call's cost is not remembered: this one's stands for it.
-	s.leases.cfg.Policy.Observed(&e.Entry, o.Cost, first)
+	s.leases.cfg.Policy.Observed(&e.Entry, cost, at)
 	s.leases.m[o.hash] = e
 	s.leases.cold.made(o.hash)
 	s.leases.peak = max(s.leases.peak, len(s.leases.m))
