@@ -93,8 +93,8 @@ func micro(tokens float64) int64 { return int64(tokens * 1e6) }
 // within the policy's demand window of its first call, and seeding its
 // demand with that call; nil for a key asked for the first time (or not
 // since long: a cold key), when the shard holds MaxLeaseEntries already,
-// and when another key of the same hash has one. A cold key is then one plain acquire, as in store mode, with
-// no copy of its key kept.
+// and when another key of the same hash has one. A cold key is then one
+// plain acquire, as in store mode, with no copy of its key kept.
 func (s *shard) leaseEntry(o *op, now int64) *lease.Entry {
 	e, taken := s.leases.m[o.hash]
 	if taken && e.key == string(o.Key) {
