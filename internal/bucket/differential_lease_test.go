@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -523,5 +524,65 @@ func countLease(o leaseOp, before bucket.Record, w leaseWant, s *bucket.Stored, 
 		}
 	case lkGroup:
 		st.groups++
+	}
+}
+
+// TestScriptLeaseKeyKeepsOnlyItsFields: a key with lease records that
+// also holds a field the script does not know and malformed records ends
+// up, after any op that writes it, with exactly the fields the Go mirror
+// stores: the bucket's, leases and the live records, as a DEL and an HSET
+// of them all would leave it, though the script writes only the fields
+// that change.
+func TestScriptLeaseKeyKeepsOnlyItsFields(t *testing.T) {
+	requireRedisServer(t)
+	ctx := context.Background()
+	rdb := scriptServer(t)
+	l := bucket.Limit{Capacity: 100, Rate: 1}
+	const now = 1_000_000_000
+	lease := func(holder string, epoch int64, at int64) bucket.LeaseReply {
+		t.Helper()
+		v := evalsha(t, rdb, "k", argv(redisscript.Call{Op: redisscript.Lease, Limit: l, Cost: 1, At: at,
+			Lease: bucket.LeaseCall{Holder: holder, Epoch: epoch, Want: 5, TTL: 10_000_000}}))
+		r, err := redisscript.ParseLease(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := lease("a", 0, now)
+	lease("b 2", 0, now)
+	junk := map[string]any{"note": "x", "l:bad": "not a record", "l:short": "1 2", "l:neg": "1 -5 99999999999"}
+	ops := []struct {
+		name string
+		run  func(at int64)
+		want []string
+	}{
+		{"lease renewal", func(at int64) { lease("a", a.Epoch, at) }, []string{"l:a", "l:b 2", "leases", "tokens", "ts"}},
+		{"acquire", func(at int64) {
+			evalsha(t, rdb, "k", acquireArgs(l, 1, at))
+		}, []string{"l:a", "l:b 2", "leases", "tokens", "ts"}},
+		{"reset", func(at int64) {
+			evalsha(t, rdb, "k", argv(redisscript.Call{Op: redisscript.LeaseReset, At: at}))
+		}, []string{"l:a", "l:b 2", "leases", "ts"}},
+	}
+	for i, op := range ops {
+		if err := rdb.HSet(ctx, "k", junk).Err(); err != nil {
+			t.Fatal(err)
+		}
+		op.run(now + int64(i+1)*1000)
+		h, err := rdb.HGetAll(ctx, "k").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.Sorted(maps.Keys(h))
+		if !slices.Equal(got, op.want) {
+			t.Errorf("after the %s the key holds %q, want %q", op.name, got, op.want)
+		}
+		if h["leases"] != "2" {
+			t.Errorf("after the %s leases = %q, want 2", op.name, h["leases"])
+		}
+		if s, err := parseStored(h); err != nil || len(s.Records) != 2 {
+			t.Errorf("after the %s: %+v, %v", op.name, s, err)
+		}
 	}
 }

@@ -93,9 +93,14 @@
 -- Lease mode adds, per holder (an instance and its record generation), a
 -- record: field l:<holder> = "<epoch> <held %.17g> <expiry>", the tokens
 -- the holder may spend until expiry (Unix µs), and leases = the number of
--- record fields. Every op reads HMGET tokens ts leases, and only when
--- leases > 0 the records (HGETALL), so plain store mode pays one field
--- more. With records: every op first lapses those with expiry <= now
+-- record fields. Every op but lease reads HMGET tokens ts leases, and only
+-- when leases > 0 the records (HGETALL), so plain store mode pays one field
+-- more; lease, whose keys mostly have records, reads one HGETALL. A key
+-- that had records is written field by field: HSET of the fields that
+-- change and HDEL of those that go (a malformed record, a field the script
+-- does not know), so that it holds what a DEL and an HSET of every field
+-- would leave, while a renewal leaves the other holders' records alone.
+-- With records: every op first lapses those with expiry <= now
 -- (their held is spent; it never goes back into tokens), the bucket
 -- refills only up to its room, capacity less what live records hold, and
 -- piecewise: up to each lapse with the room of the records live until
@@ -345,26 +350,44 @@ local function lease_mode()
     return less(a.holder, b.holder)
   end
 
-  -- records reads key's lease records, the fields l:<holder> =
-  -- "<epoch> <held> <expiry>", sorted by before; a malformed one is ignored.
-  -- Only keys whose leases field is > 0 pay for it.
+  -- fields turns an HGETALL reply into a table of field = value.
+  local function fields(h)
+    local f = {}
+    for i = 1, #h, 2 do
+      f[h[i]] = h[i + 1]
+    end
+    return f
+  end
+
+  -- records_of returns the lease records in f (a key's fields), the
+  -- fields l:<holder> = "<epoch> <held> <expiry>", sorted by before; a
+  -- malformed one is ignored. recs.fields is f, which store_leased
+  -- compares with what it writes, and a record's raw is its field's value,
+  -- written back as it is while the record does not change.
+  local function records_of(f)
+    local recs = {}
+    for name, v in pairs(f) do
+      if string.sub(name, 1, 2) == 'l:' then
+        local e, held, x = string.match(v, '^(%S+) (%S+) (%S+)$')
+        e, held, x = micros(e), number(held), micros(x)
+        if e and held and x and held >= 0 and held < math.huge then
+          recs[#recs + 1] = {holder = string.sub(name, 3), epoch = e, held = held, expiry = x, raw = v}
+        end
+      end
+    end
+    table.sort(recs, before)
+    recs.fields = f
+    return recs
+  end
+
+  -- records reads key's lease records (records_of). Only keys whose
+  -- leases field is > 0 pay for it.
   local function records(key)
     local h, err = read('HGETALL', key)
     if err then
       return nil, err
     end
-    local recs = {}
-    for i = 1, #h, 2 do
-      if string.sub(h[i], 1, 2) == 'l:' then
-        local e, held, x = string.match(h[i + 1], '^(%S+) (%S+) (%S+)$')
-        e, held, x = micros(e), number(held), micros(x)
-        if e and held and x and held >= 0 and held < math.huge then
-          recs[#recs + 1] = {holder = string.sub(h[i], 3), epoch = e, held = held, expiry = x}
-        end
-      end
-    end
-    table.sort(recs, before)
-    return recs
+    return records_of(fields(h))
   end
 
   -- sum_from is what recs[i..#recs] hold, summed from the last to the i-th
@@ -429,28 +452,50 @@ local function lease_mode()
   end
 
   -- store_leased mirrors Stored.store and Stored.ExpireMillis for a key that
-  -- had records (had: their fields are deleted first) or has them (live,
-  -- sorted): with none left, store; with some, always stored, the key's
-  -- PEXPIRE the time until the bucket, refilled through every lapse, is full
-  -- to capacity, so never before the latest record's expiry. tokens =
-  -- math.huge is reset's form: no tokens field, full once the records lapse.
-  local function store_leased(key, capacity, rate, tokens, ts, live, had, now)
-    if had then
-      redis.call('DEL', key)
-    end
+  -- had records (old: its fields, as records_of read them) or has them
+  -- (live, sorted): with none left, store; with some, always stored, the
+  -- key's PEXPIRE the time until the bucket, refilled through every lapse,
+  -- is full to capacity, so never before the latest record's expiry.
+  -- tokens = math.huge is reset's form: no tokens field, full once the
+  -- records lapse. A key that had records ends up holding exactly the new
+  -- fields, as a DEL and an HSET of them all would leave it, but only the
+  -- fields that change are written and only the others deleted: a renewal
+  -- leaves the other holders' records as they are.
+  local function store_leased(key, capacity, rate, tokens, ts, live, old, now)
     if #live == 0 then
+      if old then
+        redis.call('DEL', key)
+      end
       store(key, capacity, rate, tokens, ts, now)
       return
     end
-    local args = {'HSET', key, 'ts', string.format('%.0f', ts), 'leases', #live}
+    local new = {ts = string.format('%.0f', ts), leases = string.format('%d', #live)}
     if tokens < math.huge then
-      args[#args + 1], args[#args + 2] = 'tokens', string.format('%.17g', tokens)
+      new.tokens = string.format('%.17g', tokens)
     end
     for _, r in ipairs(live) do
-      args[#args + 1] = 'l:' .. r.holder
-      args[#args + 1] = string.format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry)
+      new['l:' .. r.holder] = r.raw or string.format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry)
     end
-    redis.call(unpack(args))
+    if old then
+      local gone = {'HDEL', key}
+      for name in pairs(old) do
+        if new[name] == nil then
+          gone[#gone + 1] = name
+        end
+      end
+      if #gone > 2 then
+        redis.call(unpack(gone))
+      end
+    end
+    local args = {'HSET', key}
+    for name, v in pairs(new) do
+      if not old or old[name] ~= v then
+        args[#args + 1], args[#args + 2] = name, v
+      end
+    end
+    if #args > 2 then
+      redis.call(unpack(args))
+    end
     local latest = live[#live].expiry
     local ms
     if tokens == math.huge then
@@ -479,7 +524,7 @@ local function lease_mode()
       if exists and ts > now then
         last = ts
       end
-      store_leased(key, capacity, rate, t, last, live, true, now)
+      store_leased(key, capacity, rate, t, last, live, recs.fields, now)
     end
     return decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
   end
@@ -490,7 +535,7 @@ local function lease_mode()
   local function lease_args(s, now)
     local holder, e, consumed, returned, want, ttl
     if s then
-      holder, e, consumed, returned, want, ttl = string.match(s, '^(.+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+      holder, e, consumed, returned, want, ttl = string.match(s, '^(..-) (%S+) (%S+) (%S+) (%S+) (%S+)$')
     end
     if not holder then
       return nil, redis.error_reply('ERR invalid lease: ARGV[6] must be "<holder> <epoch> <consumed> <returned> <want> <ttl_us>"')
@@ -516,7 +561,7 @@ local function lease_mode()
   -- max(now, the dropped or lapsed record's + 1), so it never repeats for a
   -- holder. Reply: the four numbers, the record's epoch and held (%.17g).
   local function lease(key, capacity, rate, cost, now, tokens, ts, exists, recs, c)
-    local had = recs ~= nil
+    local old = recs and recs.fields
     recs = recs or {}
     local t, n = refill(tokens, ts, exists, capacity, rate, recs, now)
     local prev = -1
@@ -575,13 +620,13 @@ local function lease_mode()
     if exists and ts > now then
       last = ts
     end
-    store_leased(key, capacity, rate, t, last, live, had, now)
+    store_leased(key, capacity, rate, t, last, live, old, now)
     local d = decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
     d[5], d[6] = epoch, string.format('%.17g', held)
     return d
   end
 
-  return {records = records, sum_from = sum_from, room = room, refill = refill,
+  return {fields = fields, records_of = records_of, records = records, sum_from = sum_from, room = room, refill = refill,
     decide_room = decide_room, acquire_leased = acquire_leased,
     lease_args = lease_args, lease = lease, store_leased = store_leased, live_from = live_from}
 end
@@ -599,11 +644,23 @@ end
 -- has used: full); or, as a fourth value, the error reply of a key of
 -- another type. The fifth value is the lease records (sorted, see
 -- records) when the key's leases field says it has any, else nil: a key
--- in plain store mode costs one HMGET, as before leases. A key with
--- records and a ts but no tokens is the form reset leaves: full to its
--- room at ts, tokens = math.huge (Go: +Inf).
-local function stored(key)
-  local st, err = read('HMGET', key, 'tokens', 'ts', 'leases')
+-- in plain store mode costs one HMGET, as before leases. whole (the lease
+-- op, whose keys mostly have records) reads the key with one HGETALL
+-- instead of an HMGET and then an HGETALL. A key with records and a ts
+-- but no tokens is the form reset leaves: full to its room at ts, tokens =
+-- math.huge (Go: +Inf).
+local function stored(key, whole)
+  local st, err, f
+  if whole then
+    local h
+    h, err = read('HGETALL', key)
+    if not err then
+      f = leased().fields(h)
+      st = {f.tokens or false, f.ts or false, f.leases}
+    end
+  else
+    st, err = read('HMGET', key, 'tokens', 'ts', 'leases')
+  end
   if err then
     return nil, nil, false, err
   end
@@ -611,9 +668,13 @@ local function stored(key)
   local recs
   local n = number(st[3])
   if n and n > 0 then
-    recs, err = leased().records(key)
-    if err then
-      return nil, nil, false, err
+    if f then
+      recs = leased().records_of(f)
+    else
+      recs, err = leased().records(key)
+      if err then
+        return nil, nil, false, err
+      end
     end
     if st[1] == false and ts then
       return math.huge, ts, true, nil, recs
@@ -688,7 +749,7 @@ local function reset(key, A, base)
     last = ts
   end
   local L = leased()
-  L.store_leased(key, 0, 1, math.huge, last, L.live_from(recs, n + 1), true, now)
+  L.store_leased(key, 0, 1, math.huge, last, L.live_from(recs, n + 1), recs.fields, now)
   return 1
 end
 
@@ -755,7 +816,7 @@ local function call(key, A, base)
     end
   end
   local tokens, ts, exists, recs
-  tokens, ts, exists, err, recs = stored(key)
+  tokens, ts, exists, err, recs = stored(key, op == 'lease')
   if err then
     return err
   end
