@@ -134,6 +134,10 @@ local TWO_63 = 9223372036854775808 -- 2^63, exact as a double
 local TWO_53 = 9007199254740992 -- integers up to here are exact as doubles
 local MAX_NUM = 1e15
 local MAX_TTL_MS = 315360000000 -- 10 years of 365 days, in milliseconds
+local HUGE = math.huge
+-- The library functions the lease ops call most, as locals: a global is a
+-- table lookup (two for string.format) on every use.
+local format, match, sub, floor = string.format, string.match, string.sub, math.floor
 
 -- number parses an argument; nil when absent, empty or not a number. Note
 -- that Lua's tonumber accepts "nan" and "inf": callers check ranges with
@@ -356,27 +360,36 @@ local function lease_mode()
     for i = 1, #h, 2 do
       f[h[i]] = h[i + 1]
     end
-    return f
+    return f, #h / 2
   end
 
   -- records_of returns the lease records in f (a key's fields), the
   -- fields l:<holder> = "<epoch> <held> <expiry>", sorted by before; a
-  -- malformed one is ignored. recs.fields is f, which store_leased
+  -- malformed one is ignored. recs.fields is f (recs.count its number of
+  -- fields), which store_leased
   -- compares with what it writes, and a record's raw is its field's value,
   -- written back as it is while the record does not change.
-  local function records_of(f)
-    local recs = {}
+  local function records_of(f, count)
+    local recs, n = {}, 0
     for name, v in pairs(f) do
-      if string.sub(name, 1, 2) == 'l:' then
-        local e, held, x = string.match(v, '^(%S+) (%S+) (%S+)$')
-        e, held, x = micros(e), number(held), micros(x)
-        if e and held and x and held >= 0 and held < math.huge then
-          recs[#recs + 1] = {holder = string.sub(name, 3), epoch = e, held = held, expiry = x, raw = v}
+      if sub(name, 1, 2) == 'l:' then
+        local e, held, x = match(v, '^(%S+) (%S+) (%S+)$')
+        e, held, x = tonumber(e), tonumber(held), tonumber(x)
+        if e and held and x and held >= 0 and held < HUGE and e >= 0 and e < TWO_53 and e == floor(e)
+            and x >= 0 and x < TWO_53 and x == floor(x) then
+          n = n + 1
+          recs[n] = {holder = sub(name, 3), epoch = e, held = held, expiry = x, raw = v}
         end
       end
     end
-    table.sort(recs, before)
-    recs.fields = f
+    if n == 2 then
+      if before(recs[2], recs[1]) then
+        recs[1], recs[2] = recs[2], recs[1]
+      end
+    elseif n > 2 then
+      table.sort(recs, before)
+    end
+    recs.fields, recs.count = f, count
     return recs
   end
 
@@ -461,7 +474,7 @@ local function lease_mode()
   -- fields, as a DEL and an HSET of them all would leave it, but only the
   -- fields that change are written and only the others deleted: a renewal
   -- leaves the other holders' records as they are.
-  local function store_leased(key, capacity, rate, tokens, ts, live, old, now)
+  local function store_leased(key, capacity, rate, tokens, ts, live, old, old_count, now)
     if #live == 0 then
       if old then
         redis.call('DEL', key)
@@ -469,29 +482,38 @@ local function lease_mode()
       store(key, capacity, rate, tokens, ts, now)
       return
     end
-    local new = {ts = string.format('%.0f', ts), leases = string.format('%d', #live)}
-    if tokens < math.huge then
-      new.tokens = string.format('%.17g', tokens)
+    -- HSET of the fields that differ from old; HDEL, first, of old's
+    -- fields that are not written, unless every one of them is.
+    local args, kept = {'HSET', key}, 0
+    local function put(name, v)
+      local was = old and old[name]
+      if was then
+        kept = kept + 1
+      end
+      if was ~= v then
+        args[#args + 1], args[#args + 2] = name, v
+      end
+    end
+    put('ts', format('%.0f', ts))
+    put('leases', format('%d', #live))
+    if tokens < HUGE then
+      put('tokens', format('%.17g', tokens))
     end
     for _, r in ipairs(live) do
-      new['l:' .. r.holder] = r.raw or string.format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry)
+      put('l:' .. r.holder, r.raw or format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry))
     end
-    if old then
+    if old and kept < old_count then
+      local keep = {ts = true, leases = true, tokens = tokens < HUGE}
+      for _, r in ipairs(live) do
+        keep['l:' .. r.holder] = true
+      end
       local gone = {'HDEL', key}
       for name in pairs(old) do
-        if new[name] == nil then
+        if not keep[name] then
           gone[#gone + 1] = name
         end
       end
-      if #gone > 2 then
-        redis.call(unpack(gone))
-      end
-    end
-    local args = {'HSET', key}
-    for name, v in pairs(new) do
-      if not old or old[name] ~= v then
-        args[#args + 1], args[#args + 2] = name, v
-      end
+      redis.call(unpack(gone))
     end
     if #args > 2 then
       redis.call(unpack(args))
@@ -524,7 +546,7 @@ local function lease_mode()
       if exists and ts > now then
         last = ts
       end
-      store_leased(key, capacity, rate, t, last, live, recs.fields, now)
+      store_leased(key, capacity, rate, t, last, live, recs.fields, recs.count, now)
     end
     return decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
   end
@@ -542,10 +564,9 @@ local function lease_mode()
     end
     local c = {holder = holder, epoch = micros(e), consumed = number(consumed),
       returned = number(returned), want = number(want), ttl = micros(ttl)}
-    for _, x in ipairs({c.consumed, c.returned, c.want}) do
-      if not (x and x >= 0 and x <= MAX_NUM) then
-        return nil, redis.error_reply('ERR invalid lease: consumed, returned and want must be finite numbers >= 0')
-      end
+    local x, y, z = c.consumed, c.returned, c.want
+    if not (x and x >= 0 and x <= MAX_NUM and y and y >= 0 and y <= MAX_NUM and z and z >= 0 and z <= MAX_NUM) then
+      return nil, redis.error_reply('ERR invalid lease: consumed, returned and want must be finite numbers >= 0')
     end
     if not (c.epoch and c.ttl and c.ttl >= 1 and now + c.ttl < TWO_53) then
       return nil, redis.error_reply('ERR invalid lease: epoch and ttl must be integer microseconds, ttl >= 1, now + ttl < 2^53')
@@ -561,7 +582,7 @@ local function lease_mode()
   -- max(now, the dropped or lapsed record's + 1), so it never repeats for a
   -- holder. Reply: the four numbers, the record's epoch and held (%.17g).
   local function lease(key, capacity, rate, cost, now, tokens, ts, exists, recs, c)
-    local old = recs and recs.fields
+    local old, old_count = recs and recs.fields, recs and recs.count
     recs = recs or {}
     local t, n = refill(tokens, ts, exists, capacity, rate, recs, now)
     local prev = -1
@@ -620,7 +641,7 @@ local function lease_mode()
     if exists and ts > now then
       last = ts
     end
-    store_leased(key, capacity, rate, t, last, live, old, now)
+    store_leased(key, capacity, rate, t, last, live, old, old_count, now)
     local d = decide_room(capacity, rate, room(capacity, sum_from(live, 1)), cost, t, allowed)
     d[5], d[6] = epoch, string.format('%.17g', held)
     return d
@@ -650,12 +671,12 @@ end
 -- but no tokens is the form reset leaves: full to its room at ts, tokens =
 -- math.huge (Go: +Inf).
 local function stored(key, whole)
-  local st, err, f
+  local st, err, f, count
   if whole then
     local h
     h, err = read('HGETALL', key)
     if not err then
-      f = leased().fields(h)
+      f, count = leased().fields(h)
       st = {f.tokens or false, f.ts or false, f.leases}
     end
   else
@@ -669,7 +690,7 @@ local function stored(key, whole)
   local n = number(st[3])
   if n and n > 0 then
     if f then
-      recs = leased().records_of(f)
+      recs = leased().records_of(f, count)
     else
       recs, err = leased().records(key)
       if err then
@@ -749,7 +770,7 @@ local function reset(key, A, base)
     last = ts
   end
   local L = leased()
-  L.store_leased(key, 0, 1, math.huge, last, L.live_from(recs, n + 1), recs.fields, now)
+  L.store_leased(key, 0, 1, math.huge, last, L.live_from(recs, n + 1), recs.fields, recs.count, now)
   return 1
 end
 
