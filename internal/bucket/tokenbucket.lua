@@ -152,7 +152,7 @@ end
 -- micros parses a time argument: an integer in [0, 2^53), or nil.
 local function micros(s)
   local t = number(s)
-  if t and t >= 0 and t < TWO_53 and t == math.floor(t) then
+  if t and t >= 0 and t < TWO_53 and t % 1 == 0 then
     return t
   end
   return nil
@@ -360,23 +360,26 @@ local function lease_mode()
     for i = 1, #h, 2 do
       f[h[i]] = h[i + 1]
     end
-    return f, #h / 2
+    return f
   end
 
   -- records_of returns the lease records in f (a key's fields), the
   -- fields l:<holder> = "<epoch> <held> <expiry>", sorted by before; a
-  -- malformed one is ignored. recs.fields is f (recs.count its number of
-  -- fields), which store_leased
-  -- compares with what it writes, and a record's raw is its field's value,
-  -- written back as it is while the record does not change.
-  local function records_of(f, count)
+  -- malformed one is ignored. h is the key's HGETALL reply and f its
+  -- fields (fields(h)); recs.fields is f and recs.count their number,
+  -- which store_leased compares with what it writes, and a record's raw
+  -- is its field's value, written back as it is while the record does not
+  -- change.
+  local function records_of(h, f)
     local recs, n = {}, 0
-    for name, v in pairs(f) do
-      if sub(name, 1, 2) == 'l:' then
+    for i = 1, #h, 2 do
+      local name = h[i]
+      if name ~= 'tokens' and name ~= 'ts' and name ~= 'leases' and sub(name, 1, 2) == 'l:' then
+        local v = h[i + 1]
         local e, held, x = match(v, '^(%S+) (%S+) (%S+)$')
         e, held, x = tonumber(e), tonumber(held), tonumber(x)
-        if e and held and x and held >= 0 and held < HUGE and e >= 0 and e < TWO_53 and e == floor(e)
-            and x >= 0 and x < TWO_53 and x == floor(x) then
+        if e and held and x and held >= 0 and held < HUGE and e >= 0 and e < TWO_53 and e % 1 == 0
+            and x >= 0 and x < TWO_53 and x % 1 == 0 then
           n = n + 1
           recs[n] = {holder = sub(name, 3), epoch = e, held = held, expiry = x, raw = v}
         end
@@ -389,7 +392,7 @@ local function lease_mode()
     elseif n > 2 then
       table.sort(recs, before)
     end
-    recs.fields, recs.count = f, count
+    recs.fields, recs.count = f, #h / 2
     return recs
   end
 
@@ -400,7 +403,7 @@ local function lease_mode()
     if err then
       return nil, err
     end
-    return records_of(fields(h))
+    return records_of(h, fields(h))
   end
 
   -- sum_from is what recs[i..#recs] hold, summed from the last to the i-th
@@ -474,6 +477,7 @@ local function lease_mode()
   -- fields, as a DEL and an HSET of them all would leave it, but only the
   -- fields that change are written and only the others deleted: a renewal
   -- leaves the other holders' records as they are.
+  local COUNTS = {'1', '2', '3', '4', '5', '6', '7', '8'} -- the leases field of a few records
   local function store_leased(key, capacity, rate, tokens, ts, live, old, old_count, now)
     if #live == 0 then
       if old then
@@ -495,11 +499,12 @@ local function lease_mode()
       end
     end
     put('ts', format('%.0f', ts))
-    put('leases', format('%d', #live))
+    put('leases', COUNTS[#live] or format('%d', #live))
     if tokens < HUGE then
       put('tokens', format('%.17g', tokens))
     end
-    for _, r in ipairs(live) do
+    for i = 1, #live do
+      local r = live[i]
       put('l:' .. r.holder, r.raw or format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry))
     end
     if old and kept < old_count then
@@ -631,9 +636,10 @@ local function lease_mode()
       local r = {holder = c.holder, epoch = epoch, held = held, expiry = now + c.ttl}
       local at = #live + 1
       while at > 1 and before(r, live[at - 1]) do
+        live[at] = live[at - 1]
         at = at - 1
       end
-      table.insert(live, at, r)
+      live[at] = r
     else
       held = 0
     end
@@ -671,12 +677,11 @@ end
 -- but no tokens is the form reset leaves: full to its room at ts, tokens =
 -- math.huge (Go: +Inf).
 local function stored(key, whole)
-  local st, err, f, count
+  local st, err, f, h
   if whole then
-    local h
     h, err = read('HGETALL', key)
     if not err then
-      f, count = leased().fields(h)
+      f = leased().fields(h)
       st = {f.tokens or false, f.ts or false, f.leases}
     end
   else
@@ -690,7 +695,7 @@ local function stored(key, whole)
   local n = number(st[3])
   if n and n > 0 then
     if f then
-      recs = leased().records_of(f, count)
+      recs = leased().records_of(h, f)
     else
       recs, err = leased().records(key)
       if err then
