@@ -43,7 +43,12 @@
 # store, lease in odd repetitions, the reverse in even ones); figures are
 # medians of REPS. After each run the script waits SETTLE seconds before
 # reading the counters again, so that the leases given back once idle and
-# the keys Redis expires count in the run that caused them.
+# the keys Redis expires count in the run that caused them. The hot-key and
+# denied-key runs measure keys that are hot already: each is preceded, with
+# no pause, by the same load for WARM of its requests, unmeasured, in every
+# mode, so that a lease instance's first calls on a key (its first plain
+# acquire, the small leases its demand estimate starts with) are not most
+# of what a run of a few seconds counts. WARM=0 measures keys from cold.
 #
 # Validity, which holds at any speed (a run that fails a check prints no
 # report and exits 1): redis-benchmark and bucketd-load exit non-zero on an
@@ -68,7 +73,9 @@
 #   TESTS          tests to run, of "hot hot-pair deny-pair cold16 cold1 p99"
 #                  (all six; the report's rows of the others say n/a)
 #   N_HOT          requests per hot-key run, -P 16               (2000000)
-#   N_PAIR         requests per instance in the two-instance runs (1000000)
+#   N_PAIR         requests per instance in the two-instance runs (2000000:
+#                  N_HOT's default, so that each instance gets the load of the
+#                  one-instance run)
 #   N_DENY         requests per instance in the denied-key runs  (500000)
 #   N_COLD16       requests per cold-key run at -P 16            (1000000)
 #   N_COLD1        requests per cold-key run at -P 1             (300000)
@@ -76,6 +83,8 @@
 #   LOAD_DURATION  bucketd-load --duration                       (10s)
 #   SETTLE         seconds waited after each run (3: a lease unused for half of
 #                  --lease-ttl 4s is given back within it)
+#   WARM           warm-up before each hot-key and denied-key run, as a
+#                  fraction of its requests (0.25; 0: none)
 #   CLIENTS        redis-benchmark -c and bucketd-load --conns   (50)
 #   LEASE_FLAGS    extra flags for both lease instances, split on whitespace,
 #                  e.g. "--lease-target 200ms"
@@ -94,13 +103,14 @@ REPS=${REPS:-3}
 MODES=${MODES:-memory store lease}
 TESTS=${TESTS:-hot hot-pair deny-pair cold16 cold1 p99}
 N_HOT=${N_HOT:-2000000}
-N_PAIR=${N_PAIR:-1000000}
+N_PAIR=${N_PAIR:-2000000}
 N_DENY=${N_DENY:-500000}
 N_COLD16=${N_COLD16:-1000000}
 N_COLD1=${N_COLD1:-300000}
 LOAD_QPS=${LOAD_QPS:-10000}
 LOAD_DURATION=${LOAD_DURATION:-10s}
 SETTLE=${SETTLE:-3}
+WARM=${WARM:-0.25}
 CLIENTS=${CLIENTS:-50}
 KEYSPACE=1000 # redis-benchmark -r; each test sets its own (run_bench reads it)
 HOST=127.0.0.1
@@ -115,6 +125,7 @@ for v in REPS N_HOT N_PAIR N_DENY N_COLD16 N_COLD1 CLIENTS; do
 done
 if ! [[ $LOAD_QPS =~ ^[0-9]+$ ]] || ((LOAD_QPS < 1)); then die "LOAD_QPS must be a positive integer, got '$LOAD_QPS'"; fi
 [[ $SETTLE =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SETTLE must be a number of seconds, got '$SETTLE'"
+[[ $WARM =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "WARM must be a fraction of the requests, such as 0.25 (0: no warm-up), got '$WARM'"
 declare -A on=()
 for m in $MODES; do
   case $m in
@@ -318,9 +329,20 @@ bench() {
   shift 4
   while [[ $1 != -- ]]; do names+=("$1"); shift; done
   shift
+  local bpids=() warm_n
+  warm_n=$(awk -v n="$n" -v w="${warm:-0}" 'BEGIN { printf "%d", n * w }')
+  if ((warm_n > 0)); then # the same load, unmeasured, straight into the window
+    for name in "${names[@]}"; do
+      (run_bench "${port[$name]}" "$warm_n" "$pipe" "$tmp/$id-$rep-$name-warm.csv" "$@") &
+      bpids+=("$!")
+    done
+    for i in "${!bpids[@]}"; do
+      wait "${bpids[$i]}" || die "redis-benchmark against ${names[$i]} failed ($id, warming up)"
+    done
+    bpids=()
+  fi
   begin_window "${names[@]}"
   t0=$(ticks "${names[@]}")
-  local bpids=()
   for name in "${names[@]}"; do
     (run_bench "${port[$name]}" "$n" "$pipe" "$tmp/$id-$rep-$name.csv" "$@") &
     bpids+=("$!")
@@ -377,17 +399,17 @@ start_s=$SECONDS
 for ((rep = 1; rep <= REPS; rep++)); do
   if [[ -n ${test_on[hot]:-} ]]; then
     for m in $(contenders memory store lease); do
-      bench "$m-hot" "$N_HOT" 16 1000 "$m" -- "${hot[@]}"
+      warm=$WARM bench "$m-hot" "$N_HOT" 16 1000 "$m" -- "${hot[@]}"
     done
   fi
   if [[ -n ${test_on[hot-pair]:-} ]]; then
     for m in $(contenders store lease); do
-      bench "$m-hot-pair" "$N_PAIR" 16 1000 "$m" "${m}2" -- "${hot[@]}"
+      warm=$WARM bench "$m-hot-pair" "$N_PAIR" 16 1000 "$m" "${m}2" -- "${hot[@]}"
     done
   fi
   if [[ -n ${test_on[deny-pair]:-} ]]; then
     for m in $(contenders store lease); do
-      bench "$m-deny-pair" "$N_DENY" 16 1 "$m" "${m}2" -- "${deny[@]}"
+      warm=$WARM bench "$m-deny-pair" "$N_DENY" 16 1 "$m" "${m}2" -- "${deny[@]}"
     done
   fi
   for p in 16 1; do
@@ -441,7 +463,8 @@ echo "- store: \`--store URL --redis-timeout 1s --replicate-prefix st:\`; lease:
 echo "- redis-benchmark -c $CLIENTS --threads 1; hot: \`${hot[*]}\` -r 1000 -P 16 (N $N_HOT; two instances: N $N_PAIR each);"
 echo "  denied: \`${deny[*]}\` -P 16 (N $N_DENY each of two instances); cold: \`${cold[*]}\` -r 10000000 (N $N_COLD16 at -P 16, $N_COLD1 at -P 1)"
 echo "- bucketd-load --qps $LOAD_QPS --conns $CLIENTS --duration $LOAD_DURATION --keys 1000 --capacity 100000 --rate 100000"
-echo "- $REPS repetitions, medians; contenders alternated (memory, store, lease in odd repetitions, reversed in even ones); ${SETTLE} s settle after each run"
+echo "- $REPS repetitions, medians; contenders alternated (memory, store, lease in odd repetitions, reversed in even ones); ${SETTLE} s settle after each run;"
+echo "  hot-key and denied-key runs each preceded by the same load for WARM=$WARM of its requests, not measured"
 echo
 echo "| test | memory req/s | store req/s | lease req/s | lease / memory | lease / store | per repetition (lease / memory; lease / store) | target |"
 echo "|---|---:|---:|---:|---:|---:|---|---|"
