@@ -97,7 +97,16 @@ type Request struct {
 	// when it sent the call (not sent: Redis knows its own count); the
 	// reply's Held less Holding is what the call leased.
 	Holding float64
+	// Slack is how long the call may wait to be sent, µs, before the
+	// key's calls would find its lease empty (Renew; not sent): the
+	// renewer gathers the calls of a few milliseconds into one Redis
+	// command when they can wait. 0: send it at once; NoHurry: a
+	// give-back, which no call waits for.
+	Slack int64
 }
+
+// NoHurry is the Slack of a call no client waits for.
+const NoHurry int64 = math.MaxInt64
 
 // Reply is what Redis answered a Request.
 type Reply struct {
@@ -182,8 +191,18 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 }
 
 // Renew returns the lease call that renews e ahead of need (after Take
-// said renew), and counts it as in flight.
-func (p Policy) Renew(e *Entry, now int64) Request { return p.request(e, e.Limit, 0, now) }
+// said renew), and counts it as in flight. Its Slack is how long what is
+// left of the lease lasts at the key's demand, or until its deadline if
+// that comes first.
+func (p Policy) Renew(e *Entry, now int64) Request {
+	left := max(0, e.Deadline-now)
+	if d := p.estimate(e, e.Demand, now); d > 0 {
+		left = min(left, int64(min(e.Tokens/d*1e6, 1e15)))
+	}
+	r := p.request(e, e.Limit, 0, now)
+	r.Slack = left
+	return r
+}
 
 // request builds the lease call for a call of cost on l and marks it in
 // flight: it reports what was spent, gives back what the lease cannot
@@ -309,7 +328,7 @@ func (p Policy) GiveBack(e *Entry, now int64) (Request, bool) {
 	if e.InFlight || e.Epoch == 0 {
 		return Request{}, false
 	}
-	r := Request{Limit: e.Limit, Epoch: e.Epoch, Consumed: e.Spent, Returned: e.Tokens, Gen: e.Gen}
+	r := Request{Limit: e.Limit, Epoch: e.Epoch, Consumed: e.Spent, Returned: e.Tokens, Gen: e.Gen, Slack: NoHurry}
 	e.Tokens, e.Spent, e.Size = 0, 0, 0
 	e.InFlight, e.SentAt, e.sentLimit = true, now, e.Limit
 	return r, true

@@ -300,3 +300,30 @@ func TestDecayFollowsExp(t *testing.T) {
 		t.Fatalf("decay(0) = %g, want 1", decay(0))
 	}
 }
+
+// TestRenewalSlackIsWhatTheLeaseLasts: a renewal says how long the lease
+// it renews lasts at the key's demand (so the renewer may gather it with
+// others for at most a part of that), bounded by the lease's deadline; a
+// give-back is in no hurry.
+func TestRenewalSlackIsWhatTheLeaseLasts(t *testing.T) {
+	p := DefaultPolicy
+	base := Entry{Limit: lim, Epoch: 7, Tokens: 50, Demand: 100, Calls: warmCalls, Born: 0, Last: 10_000_000, Deadline: 11_000_000}
+	e := base
+	if r := p.Renew(&e, 10_000_000); r.Slack != 500_000 {
+		t.Errorf("50 tokens at 100 a second: Slack %d µs, want 500000", r.Slack)
+	}
+	e = base
+	e.Deadline = 10_200_000
+	if r := p.Renew(&e, 10_000_000); r.Slack != 200_000 {
+		t.Errorf("deadline 200 ms away: Slack %d µs, want 200000", r.Slack)
+	}
+	e = base
+	e.Deadline = 9_000_000
+	if r := p.Renew(&e, 10_000_000); r.Slack != 0 {
+		t.Errorf("past its deadline: Slack %d µs, want 0", r.Slack)
+	}
+	e = base
+	if r, ok := p.GiveBack(&e, 10_000_000); !ok || r.Slack != NoHurry {
+		t.Errorf("give-back: %+v %v, want Slack NoHurry", r, ok)
+	}
+}

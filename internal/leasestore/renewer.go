@@ -26,6 +26,7 @@ type renewer struct {
 	s      *Store
 	mu     sync.Mutex
 	queue  []call
+	sendBy time.Time // the earliest sendBy of the queue's calls; zero: none
 	closed bool
 	wake   chan struct{} // one signal: calls are waiting, or the renewer closed
 	done   chan struct{} // closed when the loop has sent everything and ended
@@ -37,9 +38,10 @@ type renewer struct {
 
 // call is one lease call a shard started.
 type call struct {
-	key   string
-	limit bucket.Limit
-	req   lease.Request
+	key    string
+	limit  bucket.Limit
+	req    lease.Request
+	sendBy time.Time // the renewer sends it by then (see gather)
 }
 
 func newRenewer(s *Store) *renewer {
@@ -55,10 +57,14 @@ func (r *renewer) start() {
 // post takes a call from a shard's goroutine (shard.LeaseConfig.Outbox):
 // it never blocks, and refuses when the renewer is closed or full.
 func (r *renewer) post(key string, limit bucket.Limit, req lease.Request) bool {
+	by := time.Now().Add(time.Duration(min(req.Slack/4, int64(renewGather/time.Microsecond))) * time.Microsecond)
 	r.mu.Lock()
 	ok := !r.closed && len(r.queue) < maxRenewQueue
 	if ok {
-		r.queue = append(r.queue, call{key: key, limit: limit, req: req})
+		r.queue = append(r.queue, call{key: key, limit: limit, req: req, sendBy: by})
+		if r.sendBy.IsZero() || by.Before(r.sendBy) {
+			r.sendBy = by
+		}
 	}
 	r.mu.Unlock()
 	if ok {
@@ -94,12 +100,19 @@ func (r *renewer) loop() {
 		n := min(len(r.queue), maxRenewBatch)
 		r.batch = append(r.batch[:0], r.queue[:n]...)
 		r.queue = append(r.queue[:0], r.queue[n:]...)
+		r.sendBy = time.Time{}
+		for _, c := range r.queue {
+			if r.sendBy.IsZero() || c.sendBy.Before(r.sendBy) {
+				r.sendBy = c.sendBy
+			}
+		}
 		closing := r.closed
 		closed := closing && len(r.queue) == 0
 		r.mu.Unlock()
 		if n > 0 {
 			answered := r.send(!lost)
 			lost = lost || closing && !answered
+			r.gather()
 			continue
 		}
 		if closed {
@@ -110,21 +123,34 @@ func (r *renewer) loop() {
 	}
 }
 
-// renewGather is how long the renewer lets calls gather after the first
-// one wakes it: renewals are sent ahead of need, so a millisecond costs no
-// client anything, and Redis pays its per-call cost once for all the calls
-// of one script command (redisscript.BatchKeys) instead of once for every
-// few (at 1,000 hot keys, 8 calls a command without it).
-const renewGather = time.Millisecond
+// renewGather is the longest a call waits in the queue for others to
+// join it: Redis pays its per-command cost (the script's set-up, the round
+// trip) once for all the calls of one script command
+// (redisscript.BatchKeys) instead of once for every few, and a renewal,
+// sent when a quarter of the lease is left, can mostly wait that long (a
+// quarter of a second at --lease-target 1s). A call waits at most a
+// quarter of its Slack, so a lease that would run dry sooner is renewed
+// sooner; a client's own lease call does not come through here.
+const renewGather = 10 * time.Millisecond
 
-// gather waits renewGather unless the renewer is closing or a full batch
-// is waiting already.
+// renewStep is how often gather looks whether a call posted since it
+// began must be sent sooner.
+const renewStep = time.Millisecond
+
+// gather waits until the queue's earliest sendBy (each call's post plus a
+// quarter of its Slack, at most renewGather), unless the renewer is
+// closing or a full batch is waiting already.
 func (r *renewer) gather() {
-	r.mu.Lock()
-	wait := !r.closed && len(r.queue) < maxRenewBatch
-	r.mu.Unlock()
-	if wait {
-		time.Sleep(renewGather)
+	for {
+		r.mu.Lock()
+		wait := !r.closed && len(r.queue) > 0 && len(r.queue) < maxRenewBatch
+		by := r.sendBy
+		r.mu.Unlock()
+		d := time.Until(by)
+		if !wait || d <= 0 {
+			return
+		}
+		time.Sleep(min(d, renewStep))
 	}
 }
 
