@@ -70,6 +70,13 @@
 //     TestMacquireCountsTheLeasesOut, TestMacquireBesideHotLeasesNeverOverGrants.
 //  6. A hot key answered from its lease allocates nothing per call.
 //     TestHotKeySteadyStateAllocatesNothing.
+//  7. The renewer holds a call back, to send it with others in one Redis
+//     command, for at most renewGather and at most a quarter of its Slack
+//     (how long the lease it renews lasts at the key's demand), and not at
+//     all once closing; a lease's deadline counts from before that wait
+//     (the shard stamps the call when it starts it), so waiting costs no
+//     over-grant, only a lease run dry if the demand jumps.
+//     TestRenewerSendsByTheMostUrgentCall.
 package leasestore
 
 import (
