@@ -25,7 +25,7 @@
 # that one Redis call can cover many decisions. A key asked above its rate
 # is item 2's denied key.
 #
-#   scripts/bench-leases.sh > leases.md   # REPS=3: about 8 minutes on a quiet 2-core machine
+#   scripts/bench-leases.sh > leases.md   # REPS=3: about 10 minutes on a quiet 2-core machine
 #   QUICK=1 scripts/bench-leases.sh       # every step with small runs, about a minute; do not quote it
 #   MODES="memory store" QUICK=1 scripts/bench-leases.sh   # without lease mode
 #
