@@ -127,8 +127,9 @@ func (r *renewer) loop() {
 // join it: Redis pays its per-command cost (the script's set-up, the round
 // trip) once for all the calls of one script command
 // (redisscript.BatchKeys) instead of once for every few, and a renewal,
-// sent when a quarter of the lease is left, can mostly wait that long (a
-// quarter of a second at --lease-target 1s). A call waits at most a
+// sent when 100 ms of the key's demand is left in the lease (a tenth of
+// it at --lease-target 1s; a quarter of a shorter target: cmd/bucketd's
+// renewBelow), can mostly wait that long. A call waits at most a
 // quarter of its Slack, so a lease that would run dry sooner is renewed
 // sooner; a client's own lease call does not come through here.
 const renewGather = 10 * time.Millisecond
