@@ -177,7 +177,7 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 		e.Tokens -= cost
 		e.Spent += cost
 		d = bucket.Decision{Allowed: true, Remaining: e.remaining()}
-		return Local, d, Request{}, !e.InFlight && e.Tokens < p.RenewBelow*e.Size
+		return Local, d, Request{}, !e.InFlight && p.renewDue(e)
 	case e.DenyUntil > now && cost >= e.DenyCost && l == e.Limit:
 		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: ceilMs(e.DenyUntil - now)}, Request{}, false
 	case e.InFlight:
@@ -188,6 +188,20 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 		req.Want = 0 // a key's first call is a plain acquire: nothing stranded if it stays cold
 	}
 	return Ask, bucket.Decision{}, req, false
+}
+
+// renewDue says whether e's lease is low enough to renew ahead of need:
+// below RenewBelow of its size, or, for a lease MaxShare holds below the
+// key's demand over Target, below RenewBelow of that demand over Target
+// (what an uncapped lease would renew at, the same time ahead), at most a
+// quarter of its size. So a capped lease is renewed at least as far
+// ahead, in time, as an uncapped one, and at most every three quarters of
+// a lease; with RenewBelow a quarter or more the first rule is the rule.
+func (p Policy) renewDue(e *Entry) bool {
+	if e.Tokens < p.RenewBelow*e.Size {
+		return true
+	}
+	return e.Tokens < min(e.Size/4, p.RenewBelow*e.Demand*float64(p.Target)/1e6)
 }
 
 // Renew returns the lease call that renews e ahead of need (after Take

@@ -327,3 +327,28 @@ func TestRenewalSlackIsWhatTheLeaseLasts(t *testing.T) {
 		t.Errorf("give-back: %+v %v, want Slack NoHurry", r, ok)
 	}
 }
+
+// TestACappedLeaseRenewsAsFarAhead: with RenewBelow a tenth, a lease of the
+// key's demand over Target renews at a tenth of its size, and a lease that
+// MaxShare holds below that demand renews as far ahead in time, at most at
+// a quarter of its size.
+func TestACappedLeaseRenewsAsFarAhead(t *testing.T) {
+	p := Policy{Target: 1_000_000, MaxShare: 0.1, TTL: 4_000_000, Margin: 1_000_000, Idle: 2_000_000, RenewBelow: 0.1}
+	for _, c := range []struct {
+		name                 string
+		size, demand, tokens float64
+		want                 bool
+	}{
+		{"uncapped, above a tenth", 100, 100, 15, false},
+		{"uncapped, below a tenth", 100, 100, 9, true},
+		{"capped, above a quarter", 10, 1000, 3, false},
+		{"capped, below a quarter", 10, 1000, 2, true},
+		{"capped a little, above 100 ms of demand", 100, 200, 25, false},
+		{"capped a little, below 100 ms of demand", 100, 200, 19, true},
+	} {
+		e := Entry{Size: c.size, Demand: c.demand, Tokens: c.tokens}
+		if got := p.renewDue(&e); got != c.want {
+			t.Errorf("%s: size %v, demand %v/s, %v tokens left: renew %v, want %v", c.name, c.size, c.demand, c.tokens, got, c.want)
+		}
+	}
+}
