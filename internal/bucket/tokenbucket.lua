@@ -138,6 +138,11 @@ local HUGE = math.huge
 -- The library functions the lease ops call most, as locals: a global is a
 -- table lookup (two for string.format) on every use.
 local format, match, sub, floor = string.format, string.match, string.sub, math.floor
+-- INT formats a whole number in [0, 2^53) (a ts, an epoch, an expiry, a
+-- TTL): %d, which Lua 5.1 prints through a C long, is about three times as
+-- fast as %.0f and prints the same digits; on a server whose long cannot
+-- hold 2^53 (a 32-bit build) it falls back to %.0f.
+local INT = format('%d', 9007199254740991) == '9007199254740991' and '%d' or '%.0f'
 
 -- number parses an argument; nil when absent, empty or not a number. Note
 -- that Lua's tonumber accepts "nan" and "inf": callers check ranges with
@@ -247,14 +252,14 @@ end
 -- bucket is the same as no bucket, and bucketd's shards delete them too.
 -- Numbers are formatted here rather than left to redis.call, whose own
 -- conversion differs between Redis versions: %.17g reads back as the same
--- float64 in every language, %.0f writes a whole number without exponent.
+-- float64 in every language, INT (%d) writes a whole number without exponent.
 local function store(key, capacity, rate, tokens, ts, now)
   if tokens >= capacity then
     redis.call('DEL', key)
     return
   end
-  redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%.0f', ts))
-  redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms(capacity, rate, tokens, ts, now)))
+  redis.call('HSET', key, 'tokens', format('%.17g', tokens), 'ts', format(INT, ts))
+  redis.call('PEXPIRE', key, format(INT, ttl_ms(capacity, rate, tokens, ts, now)))
 end
 
 -- read runs a read command with redis.pcall: a key that holds another type
@@ -354,28 +359,19 @@ local function lease_mode()
     return less(a.holder, b.holder)
   end
 
-  -- fields turns an HGETALL reply into a table of field = value.
-  local function fields(h)
-    local f = {}
+  -- records_of returns the lease records of a key, read from h, its
+  -- HGETALL reply: the fields l:<holder> = "<epoch> <held> <expiry>",
+  -- sorted by before; a malformed one is ignored. recs.fields is the
+  -- key's fields (field = value) and recs.count their number, which
+  -- store_leased compares with what it writes, and a record's raw is its
+  -- field's value, written back as it is while the record does not
+  -- change. One pass over h does both.
+  local function records_of(h)
+    local recs, n, f = {}, 0, {}
     for i = 1, #h, 2 do
-      f[h[i]] = h[i + 1]
-    end
-    return f
-  end
-
-  -- records_of returns the lease records in f (a key's fields), the
-  -- fields l:<holder> = "<epoch> <held> <expiry>", sorted by before; a
-  -- malformed one is ignored. h is the key's HGETALL reply and f its
-  -- fields (fields(h)); recs.fields is f and recs.count their number,
-  -- which store_leased compares with what it writes, and a record's raw
-  -- is its field's value, written back as it is while the record does not
-  -- change.
-  local function records_of(h, f)
-    local recs, n = {}, 0
-    for i = 1, #h, 2 do
-      local name = h[i]
-      if name ~= 'tokens' and name ~= 'ts' and name ~= 'leases' and sub(name, 1, 2) == 'l:' then
-        local v = h[i + 1]
+      local name, v = h[i], h[i + 1]
+      f[name] = v
+      if sub(name, 1, 2) == 'l:' then
         local e, held, x = match(v, '^(%S+) (%S+) (%S+)$')
         e, held, x = tonumber(e), tonumber(held), tonumber(x)
         if e and held and x and held >= 0 and held < HUGE and e >= 0 and e < TWO_53 and e % 1 == 0
@@ -403,7 +399,7 @@ local function lease_mode()
     if err then
       return nil, err
     end
-    return records_of(h, fields(h))
+    return records_of(h)
   end
 
   -- sum_from is what recs[i..#recs] hold, summed from the last to the i-th
@@ -477,6 +473,7 @@ local function lease_mode()
   -- fields, as a DEL and an HSET of them all would leave it, but only the
   -- fields that change are written and only the others deleted: a renewal
   -- leaves the other holders' records as they are.
+  local record_form = INT .. ' %.17g ' .. INT -- a record's value: "<epoch> <held> <expiry>"
   local COUNTS = {'1', '2', '3', '4', '5', '6', '7', '8'} -- the leases field of a few records
   local function store_leased(key, capacity, rate, tokens, ts, live, old, old_count, now)
     if #live == 0 then
@@ -488,24 +485,30 @@ local function lease_mode()
     end
     -- HSET of the fields that differ from old; HDEL, first, of old's
     -- fields that are not written, unless every one of them is.
-    local args, kept = {'HSET', key}, 0
-    local function put(name, v)
-      local was = old and old[name]
+    -- names[k] = values[k] are the fields to store; kept counts those
+    -- old has, changed or not.
+    local names, values = {'ts', 'leases'}, {format(INT, ts), COUNTS[#live] or format('%d', #live)}
+    local m = 2
+    if tokens < HUGE then
+      m = 3
+      names[m], values[m] = 'tokens', format('%.17g', tokens)
+    end
+    for i = 1, #live do
+      local r = live[i]
+      m = m + 1
+      names[m], values[m] = 'l:' .. r.holder, r.raw or format(record_form, r.epoch, r.held, r.expiry)
+    end
+    local args, n, kept, had = {'HSET', key}, 2, 0, old or {}
+    for k = 1, m do
+      local name, v = names[k], values[k]
+      local was = had[name]
       if was then
         kept = kept + 1
       end
       if was ~= v then
-        args[#args + 1], args[#args + 2] = name, v
+        args[n + 1], args[n + 2] = name, v
+        n = n + 2
       end
-    end
-    put('ts', format('%.0f', ts))
-    put('leases', COUNTS[#live] or format('%d', #live))
-    if tokens < HUGE then
-      put('tokens', format('%.17g', tokens))
-    end
-    for i = 1, #live do
-      local r = live[i]
-      put('l:' .. r.holder, r.raw or format('%.0f %.17g %.0f', r.epoch, r.held, r.expiry))
     end
     if old and kept < old_count then
       local keep = {ts = true, leases = true, tokens = tokens < HUGE}
@@ -534,7 +537,7 @@ local function lease_mode()
       end
       ms = ttl_ms(capacity, rate, full, ts, now)
     end
-    redis.call('PEXPIRE', key, string.format('%.0f', ms))
+    redis.call('PEXPIRE', key, format(INT, ms))
   end
 
   -- acquire_leased mirrors Stored.Acquire for a key with records; cost 0 is
@@ -653,7 +656,7 @@ local function lease_mode()
     return d
   end
 
-  return {fields = fields, records_of = records_of, records = records, sum_from = sum_from, room = room, refill = refill,
+  return {records_of = records_of, records = records, sum_from = sum_from, room = room, refill = refill,
     decide_room = decide_room, acquire_leased = acquire_leased,
     lease_args = lease_args, lease = lease, store_leased = store_leased, live_from = live_from}
 end
@@ -677,32 +680,35 @@ end
 -- but no tokens is the form reset leaves: full to its room at ts, tokens =
 -- math.huge (Go: +Inf).
 local function stored(key, whole)
-  local st, err, f, h
+  local tok, tss, cnt, recs
   if whole then
-    h, err = read('HGETALL', key)
-    if not err then
-      f = leased().fields(h)
-      st = {f.tokens or false, f.ts or false, f.leases}
+    local h, err = read('HGETALL', key)
+    if err then
+      return nil, nil, false, err
     end
+    recs = leased().records_of(h)
+    local f = recs.fields
+    tok, tss, cnt = f.tokens, f.ts, f.leases
   else
-    st, err = read('HMGET', key, 'tokens', 'ts', 'leases')
+    local st, err = read('HMGET', key, 'tokens', 'ts', 'leases')
+    if err then
+      return nil, nil, false, err
+    end
+    tok, tss, cnt = st[1], st[2], st[3]
   end
-  if err then
-    return nil, nil, false, err
-  end
-  local tokens, ts = number(st[1]), micros(st[2])
-  local recs
-  local n = number(st[3])
-  if n and n > 0 then
-    if f then
-      recs = leased().records_of(h, f)
-    else
+  local tokens, ts = number(tok), micros(tss)
+  local n = number(cnt)
+  if not (n and n > 0) then
+    recs = nil
+  else
+    if not recs then
+      local err
       recs, err = leased().records(key)
       if err then
         return nil, nil, false, err
       end
     end
-    if st[1] == false and ts then
+    if not tok and ts then
       return math.huge, ts, true, nil, recs
     end
   end
