@@ -165,8 +165,8 @@ const (
 // Take answers a call of cost on limit at now, from the lease when it can
 // (rules 1, 3, 4). With Ask, the returned Request is the lease call to
 // send (the entry now counts it as in flight: answer it with Apply or
-// Fail). renew, with Local, says a renewal should be sent ahead of need:
-// call Renew for its Request.
+// Fail). renew, with Local, says a renewal should be sent ahead of need
+// (the lease is low, or near its deadline): call Renew for its Request.
 func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outcome, d bucket.Decision, req Request, renew bool) {
 	first := e.Last == 0
 	p.observe(e, cost, now)
@@ -177,7 +177,7 @@ func (p Policy) Take(e *Entry, l bucket.Limit, cost float64, now int64) (o Outco
 		e.Tokens -= cost
 		e.Spent += cost
 		d = bucket.Decision{Allowed: true, Remaining: e.remaining()}
-		return Local, d, Request{}, !e.InFlight && p.renewDue(e)
+		return Local, d, Request{}, !e.InFlight && (p.renewDue(e) || now >= e.Deadline-p.lead())
 	case e.DenyUntil > now && cost >= e.DenyCost && l == e.Limit:
 		return Local, bucket.Decision{Remaining: e.remaining(), RetryAfterMs: ceilMs(e.DenyUntil - now)}, Request{}, false
 	case e.InFlight:
@@ -202,6 +202,17 @@ func (p Policy) renewDue(e *Entry) bool {
 		return true
 	}
 	return e.Tokens < min(e.Size/4, p.RenewBelow*e.Demand*float64(p.Target)/1e6)
+}
+
+// lead is how long, µs, before its deadline a lease that still holds
+// tokens is renewed, so that a key whose lease outlasts its deadline (its
+// demand fell, or the lease covers more than Target: period) does not
+// make a call wait on Redis there: as far ahead as a lease of Target is
+// renewed by its tokens (RenewBelow of it), at most a quarter of the time
+// a lease can be spent, so that a TTL short next to Target does not renew
+// on every call.
+func (p Policy) lead() int64 {
+	return min(int64(p.RenewBelow*float64(p.Target)), (p.TTL-p.Margin)/4)
 }
 
 // Renew returns the lease call that renews e ahead of need (after Take
@@ -245,10 +256,33 @@ func (p Policy) request(e *Entry, l bucket.Limit, cost float64, now int64) Reque
 	return r
 }
 
-// size is the lease the key's demand calls for: Target of it, at most
+// size is the lease the key's demand calls for: period of it, at most
 // MaxShare of the capacity.
 func (p Policy) size(e *Entry, l bucket.Limit, now int64) float64 {
-	return min(p.estimate(e, e.Demand, now)*float64(p.Target)/1e6, p.MaxShare*l.Capacity)
+	return min(p.estimate(e, e.Demand, now)*p.period(e, l)/1e6, p.MaxShare*l.Capacity)
+}
+
+// farTargets is how many Targets of a key's demand a lease covers while
+// the key's bucket is far from its limit (period).
+const farTargets = 4
+
+// period is how long of the key's demand, µs, a lease is sized for:
+// Target, or, while Redis held at least half of the bucket's capacity at
+// its last reply for the key, up to farTargets of it, as long as the
+// lease can be spent before its deadline less lead. Under-grant comes
+// from tokens a lease holds while another instance's call is denied, and
+// a bucket that is half full is far from denying anyone: there a longer
+// lease strands nothing anyone asks for and saves Redis calls (a lease op is most of what lease mode
+// costs Redis). Once a reply shows the bucket below half, leases are
+// sized for Target again, and what a long one holds is back in Redis by
+// its renewal, its idle give-back or its deadline. Either way MaxShare
+// bounds it.
+func (p Policy) period(e *Entry, l bucket.Limit) float64 {
+	t := float64(p.Target)
+	if e.RedisTokens < l.Capacity/2 {
+		return t
+	}
+	return max(t, min(farTargets*t, float64(p.TTL-p.Margin-p.lead())))
 }
 
 // warmCalls is how many calls a key's demand estimate counts before it is

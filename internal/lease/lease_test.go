@@ -352,3 +352,57 @@ func TestACappedLeaseRenewsAsFarAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestALeaseFarFromTheLimitCoversMoreThanTarget: while Redis held at least
+// half of the bucket at its last reply, a lease covers farTargets of the
+// key's demand, within what its deadline lets it spend (less lead) and
+// within MaxShare; below half, Target.
+func TestALeaseFarFromTheLimitCoversMoreThanTarget(t *testing.T) {
+	big := bucket.Limit{Capacity: 100_000, Rate: 100_000}
+	for _, c := range []struct {
+		name        string
+		p           Policy
+		redisTokens float64
+		limit       bucket.Limit
+		want        float64 // tokens, at a demand of 1,000 a second
+	}{
+		{"defaults, below half", DefaultPolicy, 49_999, big, 200},
+		{"defaults, at half", DefaultPolicy, 50_000, big, 800},
+		{"--lease-ttl 2s, target 1s: spend window 1.5 s less 100 ms", Policy{Target: 1_000_000, MaxShare: 0.1, TTL: 2_000_000, Margin: 500_000, Idle: 1_000_000, RenewBelow: 0.1}, 100_000, big, 1400},
+		{"--lease-ttl 4s, target 1s: spend window 3 s less 100 ms", Policy{Target: 1_000_000, MaxShare: 0.1, TTL: 4_000_000, Margin: 1_000_000, Idle: 2_000_000, RenewBelow: 0.1}, 100_000, big, 2900},
+		{"target 1s, ttl 1s: the window is shorter than Target", Policy{Target: 1_000_000, MaxShare: 0.1, TTL: 1_000_000, Margin: 250_000, Idle: 500_000, RenewBelow: 0.1}, 100_000, big, 1000},
+		{"defaults, MaxShare", DefaultPolicy, 5_000, bucket.Limit{Capacity: 6_000, Rate: 100}, 600},
+	} {
+		e := Entry{Demand: 1000, Calls: warmCalls, Born: 0, RedisTokens: c.redisTokens}
+		if got := c.p.size(&e, c.limit, 10_000_000); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: lease size %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestALeaseIsRenewedAheadOfItsDeadline: a lease that still holds plenty
+// is renewed once its deadline is lead away (so no call waits on Redis
+// there), not before; a TTL short next to Target renews a quarter of the
+// spend window ahead, not on every call.
+func TestALeaseIsRenewedAheadOfItsDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    Policy
+		lead int64
+	}{
+		{"defaults", DefaultPolicy, 100_000},
+		{"target 1s, ttl 100ms", Policy{Target: 1_000_000, MaxShare: 0.1, TTL: 100_000, Margin: 25_000, Idle: 50_000, RenewBelow: 0.1}, 18_750},
+	} {
+		e := Entry{}
+		c.p.Take(&e, lim, 1, 1_000_000)
+		c.p.Apply(&e, granted(90), 1, 1_001_000)
+		e.Size = 90 // as asked: what is left stays above any share of it
+		before := e.Deadline - c.lead - 1
+		if o, _, _, renew := c.p.Take(&e, lim, 1, before); o != Local || renew {
+			t.Errorf("%s: %d µs before the deadline: %v, renew %v, want Local without renewal", c.name, c.lead+1, o, renew)
+		}
+		if o, _, _, renew := c.p.Take(&e, lim, 1, e.Deadline-c.lead); o != Local || !renew {
+			t.Errorf("%s: %d µs before the deadline: %v, renew %v, want Local with renewal", c.name, c.lead, o, renew)
+		}
+	}
+}
