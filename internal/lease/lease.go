@@ -49,7 +49,8 @@ import (
 type Policy struct {
 	// Target is how much of the key's demand on this instance a lease
 	// covers: a key asked for 1,000 tokens a second with Target 200 ms
-	// leases 200 tokens, so it costs about five Redis calls a second.
+	// leases 200 tokens, so it costs about five Redis calls a second
+	// (more while its bucket is far from its limit: period).
 	Target int64
 	// MaxShare bounds a lease to this share of the bucket's capacity, so
 	// that what sits unused in leases stays small next to the bucket.
@@ -64,7 +65,9 @@ type Policy struct {
 	// Idle is how long a lease goes unused before it is given back.
 	Idle int64
 	// RenewBelow renews a lease, ahead of need and without making a call
-	// wait, once its tokens fall below this share of the size it asked.
+	// wait, once its tokens fall below this share of the size it asked
+	// (renewDue), or, while it holds tokens, this share of Target before
+	// its deadline (lead).
 	RenewBelow float64
 }
 

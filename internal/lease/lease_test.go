@@ -406,3 +406,33 @@ func TestALeaseIsRenewedAheadOfItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestADeadlineRenewalIsNotRepeatedAtOnce probes the deadline rule for a
+// renewal storm: a lease renewed a lead before its deadline, whose reply
+// takes a quarter of the TTL (the slowest reply there is: --lease-ttl is
+// at least four times --redis-timeout), gets a deadline far enough out
+// that the calls after it are answered without another renewal.
+func TestADeadlineRenewalIsNotRepeatedAtOnce(t *testing.T) {
+	for _, p := range []Policy{
+		DefaultPolicy,
+		{Target: 1_000_000, MaxShare: 0.1, TTL: 100_000, Margin: 25_000, Idle: 50_000, RenewBelow: 0.1},
+	} {
+		e := Entry{}
+		p.Take(&e, lim, 1, 1_000_000)
+		p.Apply(&e, granted(90), 1, 1_001_000)
+		e.Size = 90
+		at := e.Deadline - p.lead()
+		if _, _, _, renew := p.Take(&e, lim, 1, at); !renew {
+			t.Fatalf("%+v: no renewal a lead before the deadline", p)
+		}
+		p.Renew(&e, at)
+		reply := at + p.TTL/4
+		p.Apply(&e, granted(e.Tokens+1), 0, reply)
+		e.Size = 90
+		for now := reply; now < reply+p.TTL/4; now += p.TTL / 100 {
+			if o, _, _, renew := p.Take(&e, lim, 1, now); o != Local || renew {
+				t.Fatalf("%+v: %d µs after the renewal's reply: %v, renew %v, want Local without renewal", p, now-reply, o, renew)
+			}
+		}
+	}
+}
