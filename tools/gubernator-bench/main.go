@@ -129,75 +129,23 @@ func runDriver(args []string, stdout, stderr io.Writer) error {
 	if o.command == "" {
 		o.command = "gubernator-bench " + strings.Join(args, " ")
 	}
-	var batches []int
-	for _, f := range splitList(o.batches) {
-		b, err := strconv.Atoi(f)
-		if err != nil || b < 1 {
-			return fmt.Errorf("--batches: %q is not a positive integer", f)
-		}
-		batches = append(batches, b)
+	batches, err := positiveInts(o.batches, "--batches", "a positive integer")
+	if err != nil {
+		return err
 	}
-	var pids []int
-	for _, f := range splitList(o.bucketdPIDs) {
-		p, err := strconv.Atoi(f)
-		if err != nil {
-			return fmt.Errorf("--bucketd-pids: %q is not a PID", f)
-		}
-		pids = append(pids, p)
+	pids, err := positiveInts(o.bucketdPIDs, "--bucketd-pids", "a PID")
+	if err != nil {
+		return err
 	}
-	lim := limit{capacity: o.capacity, ratePerSec: o.rate}
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	type entry struct {
-		c    contender
-		pids []int
-	}
-	var order []entry
-	var peers []*peerProc
+	order, peers, err := startContenders(ctx, o, pids, stderr)
 	defer func() { stopPeers(peers) }()
-	for _, name := range splitList(o.contenders) {
-		switch name {
-		case "gubernator-token", "gubernator-leaky":
-			if peers == nil {
-				addrs, err := freeAddrs([]string{"127.0.0.1", "127.0.0.2"})
-				if err != nil {
-					return err
-				}
-				if peers, err = startPeers(addrs, o.syncWait, stderr); err != nil {
-					return err
-				}
-				if err := checkPeers(ctx, addrs); err != nil {
-					return err
-				}
-			}
-			var addrs []string
-			var ppids []int
-			for _, p := range peers {
-				addrs = append(addrs, p.addr)
-				ppids = append(ppids, p.cmd.Process.Pid)
-			}
-			alg := gubernator.Algorithm_TOKEN_BUCKET
-			if name == "gubernator-leaky" {
-				alg = gubernator.Algorithm_LEAKY_BUCKET
-			}
-			order = append(order, entry{&gubernatorContender{label: name, addrs: addrs, algorithm: alg, lim: lim, window: o.window}, ppids})
-		case "bucketd":
-			addrs := splitList(o.bucketd)
-			if len(addrs) == 0 {
-				fmt.Fprintln(stderr, "gubernator-bench: no --bucketd: bucketd left out")
-				continue
-			}
-			order = append(order, entry{&bucketdContender{label: name, addrs: addrs, lim: lim}, pids})
-		default:
-			return fmt.Errorf("--contenders: unknown %q (gubernator-token, gubernator-leaky, bucketd)", name)
-		}
-	}
-	if len(order) == 0 {
-		return errors.New("no contenders")
+	if err != nil {
+		return err
 	}
 
+	lim := limit{capacity: o.capacity, ratePerSec: o.rate}
 	windows := []time.Duration{100 * time.Millisecond, time.Second}
 	var results []runResult
 	began := time.Now()
@@ -234,6 +182,77 @@ func runDriver(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d decisions failed (see the errors column)", errs)
 	}
 	return nil
+}
+
+// positiveInts parses the comma-separated list of a flag, each a
+// positive integer (what says what one is, for the error).
+func positiveInts(list, flag, what string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(list) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not %s", flag, f, what)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// contenderEntry is a contender and the PIDs whose CPU time its runs count.
+type contenderEntry struct {
+	c    contender
+	pids []int
+}
+
+// startContenders makes the contenders of --contenders, in that order,
+// starting the two Gubernator peers on loopback the first time one needs
+// them. It returns the peers it started even with an error, for the
+// caller to stop.
+func startContenders(ctx context.Context, o options, bucketdPIDs []int, stderr io.Writer) ([]contenderEntry, []*peerProc, error) {
+	lim := limit{capacity: o.capacity, ratePerSec: o.rate}
+	var order []contenderEntry
+	var peers []*peerProc
+	for _, name := range splitList(o.contenders) {
+		switch name {
+		case "gubernator-token", "gubernator-leaky":
+			if peers == nil {
+				addrs, err := freeAddrs([]string{"127.0.0.1", "127.0.0.2"})
+				if err != nil {
+					return nil, peers, err
+				}
+				if peers, err = startPeers(addrs, o.syncWait, stderr); err != nil {
+					return nil, peers, err
+				}
+				if err := checkPeers(ctx, addrs); err != nil {
+					return nil, peers, err
+				}
+			}
+			var addrs []string
+			var ppids []int
+			for _, p := range peers {
+				addrs = append(addrs, p.addr)
+				ppids = append(ppids, p.cmd.Process.Pid)
+			}
+			alg := gubernator.Algorithm_TOKEN_BUCKET
+			if name == "gubernator-leaky" {
+				alg = gubernator.Algorithm_LEAKY_BUCKET
+			}
+			order = append(order, contenderEntry{&gubernatorContender{label: name, addrs: addrs, algorithm: alg, lim: lim, window: o.window}, ppids})
+		case "bucketd":
+			addrs := splitList(o.bucketd)
+			if len(addrs) == 0 {
+				fmt.Fprintln(stderr, "gubernator-bench: no --bucketd: bucketd left out")
+				continue
+			}
+			order = append(order, contenderEntry{&bucketdContender{label: name, addrs: addrs, lim: lim}, bucketdPIDs})
+		default:
+			return nil, peers, fmt.Errorf("--contenders: unknown %q (gubernator-token, gubernator-leaky, bucketd)", name)
+		}
+	}
+	if len(order) == 0 {
+		return nil, peers, errors.New("no contenders")
+	}
+	return order, peers, nil
 }
 
 // checkPeers asks each peer's health check until it counts every peer.
