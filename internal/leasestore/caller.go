@@ -18,6 +18,7 @@ type Caller struct {
 	items   []item
 	ops     []*decide.LeaseOp // the exchanges of this Run's TB.ACQUIREs: ops[:used]
 	used    int
+	clk     shard.BatchClock // the time of this Run's TB.ACQUIREs, for the cold filter
 	group   []decide.Request // a group's requests while it is sent
 	answers []decide.Answer
 }
@@ -51,7 +52,7 @@ func (c *Caller) Add(r decide.Request) {
 	it := item{req: r, where: atRedis, redisAt: -1}
 	if r.Kind == decide.Acquire {
 		it.req.Kind, it.req.Lease, it.where = decide.LeaseTake, c.nextOp(), atShards
-		if c.shards.AddLeaseTake(it.req) {
+		if c.shards.AddLeaseTake(it.req, &c.clk) {
 			it.where = coldKey
 		}
 	}
@@ -277,4 +278,5 @@ func (c *Caller) reset() {
 	clear(c.items) // drop references to the connection's buffers
 	c.items = c.items[:0]
 	c.used = 0
+	c.clk.Reset()
 }

@@ -46,6 +46,13 @@ type instance struct {
 // (the lease store first, as cmd/bucketd does).
 func startInstance(t testing.TB, addr, id string, timeout time.Duration, pol lease.Policy) *instance {
 	t.Helper()
+	return startInstanceWith(t, addr, id, timeout, pol, shard.Config{Shards: 2})
+}
+
+// startInstanceWith is startInstance with the shards' settings sh (a
+// test's clock, say).
+func startInstanceWith(t testing.TB, addr, id string, timeout time.Duration, pol lease.Policy, sh shard.Config) *instance {
+	t.Helper()
 	o, err := redisstore.ClientOptions("redis://" + addr)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +74,7 @@ func startInstance(t testing.TB, addr, id string, timeout time.Duration, pol lea
 	if err := rs.LoadScript(ctx); err != nil {
 		t.Fatalf("LoadScript: %v", err)
 	}
-	ls := New(Config{Shards: shard.Config{Shards: 2}, Redis: rs, Policy: pol})
+	ls := New(Config{Shards: sh, Redis: rs, Policy: pol})
 	t.Cleanup(func() {
 		ls.Close()
 		rs.Close()

@@ -2,10 +2,12 @@ package shard
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketd/bucketd/internal/bucket"
+	"github.com/bucketd/bucketd/internal/clock"
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/lease"
 	"github.com/bucketd/bucketd/internal/testkit"
@@ -29,7 +31,7 @@ func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
 	take := func(key string) (*decide.LeaseOp, bool) {
 		t.Helper()
 		op := &decide.LeaseOp{}
-		cold := c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: op})
+		cold := c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: op}, &BatchClock{})
 		as, err := c.Run()
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +56,7 @@ func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
 		t.Fatalf("a key's second call 1 ms after its first: cold %v, outcome %v, want %v: want a lease asked for", cold, op.Outcome, op.Call.Want)
 	}
 	_, h := g.route([]byte("hot"))
-	if n := g.cold.entries[slotOf(h)].Load(); n != 1 {
+	if n := g.cold.slots[slotOf(h)].entries.Load(); n != 1 {
 		t.Fatalf("the slot of a key with an entry counts %d entries, want 1", n)
 	}
 	// Another key of the slot goes to its shard (which answers it cold).
@@ -77,7 +79,7 @@ func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
 	if !testkit.Poll(5*time.Second, func() bool { n, _ := g.LeaseEntries(); return n == 0 }) {
 		t.Fatal("the idle entry was not forgotten")
 	}
-	if n := g.cold.entries[slotOf(h)].Load(); n != 0 {
+	if n := g.cold.slots[slotOf(h)].entries.Load(); n != 0 {
 		t.Fatalf("the slot of a forgotten entry counts %d entries, want 0", n)
 	}
 }
@@ -106,5 +108,59 @@ func TestColdFilterRemembersAFirstCallForTheWindow(t *testing.T) {
 	}
 	if _, _, ok := f.firstCall(h, 1, 1_500_000); ok {
 		t.Fatal("a call 200 ms after the first read as its second: the window is 200 ms")
+	}
+}
+
+// BenchmarkAddLeaseTakeColdKeys: what lease mode adds to a cold key's
+// call before it goes to Redis (store mode's whole path otherwise): the
+// cold filter's reading and writing of the key's slot, on keys each asked
+// once, from a connection per goroutine, as at -P 16 with many clients.
+func BenchmarkAddLeaseTakeColdKeys(b *testing.B) {
+	now, base := clock.Start()
+	g := New(Config{Shards: 4, Clock: now, Base: base,
+		Lease: &LeaseConfig{Policy: lease.DefaultPolicy, Outbox: func(string, bucket.Limit, lease.Request) bool { return true }}})
+	defer g.Close()
+	const n = 1 << 20
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "cold:%d", i*7919)
+	}
+	lim := bucket.Limit{Capacity: 100, Rate: 10}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := g.NewCaller()
+		op := &decide.LeaseOp{}
+		i := int(next.Add(n / 4))
+		var clk BatchClock
+		for pb.Next() {
+			if i%16 == 0 { // a batch of 16, as at -P 16
+				clk.Reset()
+			}
+			i++
+			if !c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: keys[i%n], Limit: lim, Cost: 1, Lease: op}, &clk) {
+				c.Discard()
+			}
+		}
+	})
+}
+
+// TestBatchClockReadsOncePerBatch: a BatchClock reads the group's clock
+// at its first use and keeps that reading until Reset, so a batch of
+// calls costs one clock reading, and the next batch sees the time move.
+func TestBatchClockReadsOncePerBatch(t *testing.T) {
+	clk := testkit.NewClock()
+	g := New(Config{Shards: 1, Clock: clk.Now, Base: clk.Base()})
+	defer g.Close()
+	var b BatchClock
+	first := b.now(g)
+	clk.Advance(time.Second)
+	if got := b.now(g); got != first {
+		t.Fatalf("the second reading of one batch is %d µs, want the first's %d", got, first)
+	}
+	b.Reset()
+	if got := b.now(g); got != first+1_000_000 {
+		t.Fatalf("the reading after Reset is %d µs, want %d: a second later", got, first+1_000_000)
 	}
 }

@@ -89,6 +89,18 @@
 //     (TestWalkIsACutOfEveryUnit, TestWalkHandsOutTheCut,
 //     TestWalkStopAndReplace, TestKill9SnapshotIsACutOfEveryUnit in
 //     cmd/bucketd).
+//  9. The cold filter (coldfilter.go, lease mode only), the one table the
+//     shards share with every Caller, is advisory: a Caller reads a key's
+//     slot to send the key's first call to Redis as a plain acquire
+//     without a visit to its shard, and only a shard makes or forgets a
+//     lease entry, moving its slot's count. A stale or racing reading
+//     costs a Redis call (a key with a new entry sent plain, which Redis
+//     answers as store mode does, counting every lease held) or a shard
+//     visit (a key without an entry sent to its shard), never a grant;
+//     it is atomics only, so nothing waits on it, and Close does not
+//     touch it (TestAColdKeysFirstCallSkipsItsShard,
+//     TestColdFilterRemembersAFirstCallForTheWindow; never over-granting
+//     with it: internal/leasestore's invariant 5).
 //
 // Time: the shards decide on a monotonic clock (internal/clock); Records
 // and Changes, which leave the process, carry Unix time, converted here and
