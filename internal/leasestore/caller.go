@@ -1,6 +1,8 @@
 package leasestore
 
 import (
+	"slices"
+
 	"github.com/bucketd/bucketd/internal/decide"
 	"github.com/bucketd/bucketd/internal/lease"
 	"github.com/bucketd/bucketd/internal/shard"
@@ -18,8 +20,10 @@ type Caller struct {
 	items   []item
 	ops     []*decide.LeaseOp // the exchanges of this Run's TB.ACQUIREs: ops[:used]
 	used    int
-	clk     shard.BatchClock // the time of this Run's TB.ACQUIREs, for the cold filter
-	group   []decide.Request // a group's requests while it is sent
+	clk     shard.BatchClock  // the time of this Run's TB.ACQUIREs, for the cold filter
+	takes   []*decide.Request // placeTakes' scratch: the TB.ACQUIREs of the Run
+	cold    []bool            // and whether each is a cold key's
+	group   []decide.Request  // a group's requests while it is sent
 	answers []decide.Answer
 }
 
@@ -52,11 +56,35 @@ func (c *Caller) Add(r decide.Request) {
 	it := item{req: r, where: atRedis, redisAt: -1}
 	if r.Kind == decide.Acquire {
 		it.req.Kind, it.req.Lease, it.where = decide.LeaseTake, c.nextOp(), atShards
-		if c.shards.AddLeaseTake(it.req, &c.clk) {
-			it.where = coldKey
-		}
 	}
 	c.items = append(c.items, it)
+}
+
+// placeTakes gives the shards this Run's TB.ACQUIREs, in the order added,
+// all at once (shard.Caller.AddLeaseTakes: their cold filter slots are
+// read together), and marks those the filter answers cold.
+func (c *Caller) placeTakes() {
+	c.takes = c.takes[:0]
+	for i := range c.items {
+		if it := &c.items[i]; it.where == atShards {
+			c.takes = append(c.takes, &it.req)
+		}
+	}
+	if len(c.takes) == 0 {
+		return
+	}
+	c.cold = slices.Grow(c.cold[:0], len(c.takes))[:len(c.takes)]
+	c.shards.AddLeaseTakes(c.takes, c.cold, &c.clk)
+	k := 0
+	for i := range c.items {
+		if it := &c.items[i]; it.where == atShards {
+			if c.cold[k] {
+				it.where = coldKey
+			}
+			k++
+		}
+	}
+	clear(c.takes) // drop the pointers into items
 }
 
 // AddAll queues a group for Redis, answered as store mode answers it: a
@@ -94,9 +122,9 @@ func (c *Caller) RunIsolated() ([]decide.Answer, error) { return c.Run() }
 func (c *Caller) Run() ([]decide.Answer, error) {
 	defer c.reset()
 	if c.s.closed.Load() {
-		c.shards.Discard() // the TB.ACQUIREs Add gave the shards
 		return nil, ErrClosed
 	}
+	c.placeTakes()
 	local, err := c.runShards()
 	if err != nil {
 		return nil, c.closedErr(err)

@@ -49,6 +49,12 @@ type Caller struct {
 	wake    []bool  // per order entry: its owner must be woken (post)
 	votes   []*vote // made on first use, reused; votes[:nvotes] are this round's
 	nvotes  int
+
+	// AddLeaseTakes' scratch: each request's shard, key hash, and whether
+	// its cold filter slot counted no entry.
+	takeShard   []int
+	takeHash    []uint64
+	takeNoEntry []bool
 }
 
 // NewCaller returns a Caller bound to g.
@@ -162,9 +168,6 @@ func (c *Caller) Run() ([]decide.Answer, error) {
 	}
 	return c.finish(err)
 }
-
-// Discard drops what was added since the last Run, unsent.
-func (c *Caller) Discard() { c.finish(ErrClosed) } //nolint:errcheck // nothing ran: there is no answer
 
 // RunIsolated is Run: every Run is already a unit. It exists for the
 // stores, such as Redis, where isolation costs something (decide.Caller).

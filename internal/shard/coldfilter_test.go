@@ -2,6 +2,8 @@ package shard
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,36 +116,94 @@ func TestColdFilterRemembersAFirstCallForTheWindow(t *testing.T) {
 // BenchmarkAddLeaseTakeColdKeys: what lease mode adds to a cold key's
 // call before it goes to Redis (store mode's whole path otherwise): the
 // cold filter's reading and writing of the key's slot, on keys each asked
-// once, from a connection per goroutine, as at -P 16 with many clients.
+// once, from a connection per goroutine, one call at a time (as at -P 1)
+// and in batches of 16 (-P 16, AddLeaseTakes).
 func BenchmarkAddLeaseTakeColdKeys(b *testing.B) {
 	now, base := clock.Start()
 	g := New(Config{Shards: 4, Clock: now, Base: base,
 		Lease: &LeaseConfig{Policy: lease.DefaultPolicy, Outbox: func(string, bucket.Limit, lease.Request) bool { return true }}})
 	defer g.Close()
-	const n = 1 << 20
-	keys := make([][]byte, n)
-	for i := range keys {
-		keys[i] = fmt.Appendf(nil, "cold:%d", i*7919)
-	}
 	lim := bucket.Limit{Capacity: 100, Rate: 10}
 	var next atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c := g.NewCaller()
-		op := &decide.LeaseOp{}
-		i := int(next.Add(n / 4))
-		var clk BatchClock
-		for pb.Next() {
-			if i%16 == 0 { // a batch of 16, as at -P 16
-				clk.Reset()
-			}
-			i++
-			if !c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: keys[i%n], Limit: lim, Cost: 1, Lease: op}, &clk) {
-				c.Discard()
+	for _, batch := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				c := g.NewCaller()
+				reqs := make([]decide.Request, batch)
+				ptrs := make([]*decide.Request, batch)
+				cold := make([]bool, batch)
+				for k := range reqs {
+					reqs[k] = decide.Request{Kind: decide.LeaseTake, Limit: lim, Cost: 1, Lease: &decide.LeaseOp{}}
+					ptrs[k] = &reqs[k]
+				}
+				i := next.Add(1) << 40 // keys never repeat: each is asked once
+				var clk BatchClock
+				for k := 0; pb.Next(); k++ {
+					i++
+					r := &reqs[k%batch]
+					r.Key = strconv.AppendInt(append(r.Key[:0], "cold:"...), i, 10)
+					if k%batch != batch-1 {
+						continue
+					}
+					clk.Reset()
+					c.AddLeaseTakes(ptrs, cold, &clk)
+					if _, err := c.Run(); err != nil { // the keys that were not cold
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestAddLeaseTakesDecidesInOrder: a batch decides its requests as one
+// AddLeaseTake after another would: a key asked twice in one batch is
+// cold the first time and goes to its shard the second (which makes its
+// entry), and a key whose slot counts an entry goes to its shard.
+func TestAddLeaseTakesDecidesInOrder(t *testing.T) {
+	clk := testkit.NewClock()
+	p := lease.DefaultPolicy
+	g := New(Config{Shards: 4, Clock: clk.Now, Base: clk.Base(), SweepInterval: time.Millisecond,
+		Lease: &LeaseConfig{Policy: p, Outbox: func(string, bucket.Limit, lease.Request) bool { return true }}})
+	defer g.Close()
+	c := g.NewCaller()
+	lim := bucket.Limit{Capacity: 1000, Rate: 100}
+	batch := func(keys ...string) []bool {
+		t.Helper()
+		ptrs, cold := make([]*decide.Request, len(keys)), make([]bool, len(keys))
+		for k, key := range keys {
+			ptrs[k] = &decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: &decide.LeaseOp{}}
+		}
+		c.AddLeaseTakes(ptrs, cold, &BatchClock{})
+		as, err := c.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for k := range keys {
+			if !cold[k] {
+				n++
+			} else if ptrs[k].Lease.Outcome != lease.Cold {
+				t.Fatalf("%v: %s reported cold with outcome %v", keys, keys[k], ptrs[k].Lease.Outcome)
 			}
 		}
-	})
+		if len(as) != n {
+			t.Fatalf("%v: the shards answered %d calls, want the %d not cold", keys, len(as), n)
+		}
+		return cold
+	}
+	if got := batch("a", "b", "a", "c"); !slices.Equal(got, []bool{true, true, false, true}) {
+		t.Fatalf("cold keys a, b, a, c: %v, want a's second call to its shard", got)
+	}
+	clk.Advance(time.Millisecond)
+	if n, _ := g.LeaseEntries(); n != 1 {
+		t.Fatalf("after a key's second call: %d lease entries, want 1", n)
+	}
+	if got := batch("d", "a"); !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("a cold key and a key with an entry: %v, want [true false]", got)
+	}
 }
 
 // TestBatchClockReadsOncePerBatch: a BatchClock reads the group's clock
