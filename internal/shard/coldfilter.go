@@ -98,7 +98,7 @@ func (f *coldFilter) made(hash uint64)   { f.slots[slotOf(hash)].entries.Add(1) 
 func (f *coldFilter) forgot(hash uint64) { f.slots[slotOf(hash)].entries.Add(-1) }
 
 // BatchClock is the group's clock read at most once for a batch of
-// AddLeaseTake calls, and only if one of them needs it: the cold filter
+// lease takes (AddLeaseTakes), and only if one of them needs it: the cold filter
 // counts in milliseconds, and a clock reading cost a cold key's call as
 // much as the filter itself. Its zero value is unread; Reset it between
 // batches. Owned by one Caller's user.
@@ -117,29 +117,19 @@ func (b *BatchClock) now(g *Group) int64 {
 	return b.us
 }
 
-// AddLeaseTake queues r, a decide.LeaseTake, unless its key has no lease
-// entry and this is its first call within the demand window: then it
-// remembers the call (the key's second goes to the shard, which makes the
-// entry), queues nothing, sets r.Lease.Outcome to lease.Cold and reports
-// true, and the caller sends Redis a plain acquire without the shard.
-// clk is the time of the caller's batch (BatchClock). Outside lease mode
-// it is Add.
-func (c *Caller) AddLeaseTake(r decide.Request, clk *BatchClock) (cold bool) {
-	i, h := c.g.route(r.Key)
-	noEntry := false
-	if f := c.g.cold; f != nil {
-		noEntry = f.slots[slotOf(h)].entries.Load() == 0
-	}
-	return c.takeRouted(r, i, h, noEntry, clk)
-}
-
-// AddLeaseTakes is AddLeaseTake for each request of rs in order, setting
-// cold[k] to what it reports for rs[k] (cold has len(rs) elements). It
-// reads the cold filter's slots of all of them before it decides any, so
-// that the memory reads of a pipeline overlap instead of each waiting for
-// the last: at -P 16 on keys asked once, that one read per key, a miss in
-// a table of 1 MiB that every connection writes, was most of the CPU
-// lease mode adds to a cold key's call.
+// AddLeaseTakes queues each request of rs, a decide.LeaseTake, in order,
+// unless its key has no lease entry and this is its first call within the
+// demand window: then it remembers the call (the key's second goes to the
+// shard, which makes the entry), queues nothing, sets its Lease.Outcome to
+// lease.Cold and cold[k] (cold has len(rs) elements), and the caller sends
+// Redis a plain acquire without the shard. clk is the time of the
+// caller's batch (BatchClock). Outside lease mode it queues them all.
+//
+// It reads the cold filter's slots of all the requests before it decides
+// any, so that the memory reads of a pipeline overlap instead of each
+// waiting for the last: at -P 16 on keys asked once, that one read per
+// key, a miss in a table of 1 MiB that every connection writes, was most
+// of the CPU lease mode adds to a cold key's call.
 func (c *Caller) AddLeaseTakes(rs []*decide.Request, cold []bool, clk *BatchClock) {
 	c.takeShard, c.takeHash = c.takeShard[:0], c.takeHash[:0]
 	for _, r := range rs {
@@ -156,8 +146,9 @@ func (c *Caller) AddLeaseTakes(rs []*decide.Request, cold []bool, clk *BatchCloc
 	}
 }
 
-// takeRouted is AddLeaseTake of r, routed to shard i by its key's hash h;
-// noEntry: the key's slot of the cold filter counted no entry.
+// takeRouted decides r, routed to shard i by its key's hash h, as
+// AddLeaseTakes says; noEntry: the key's slot of the cold filter counted
+// no entry. It reports whether r is cold.
 func (c *Caller) takeRouted(r decide.Request, i int, h uint64, noEntry bool, clk *BatchClock) (cold bool) {
 	if noEntry {
 		f := c.g.cold

@@ -33,7 +33,9 @@ func TestAColdKeysFirstCallSkipsItsShard(t *testing.T) {
 	take := func(key string) (*decide.LeaseOp, bool) {
 		t.Helper()
 		op := &decide.LeaseOp{}
-		cold := c.AddLeaseTake(decide.Request{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: op}, &BatchClock{})
+		var cs [1]bool
+		c.AddLeaseTakes([]*decide.Request{{Kind: decide.LeaseTake, Key: []byte(key), Limit: lim, Cost: 1, Lease: op}}, cs[:], &BatchClock{})
+		cold := cs[0]
 		as, err := c.Run()
 		if err != nil {
 			t.Fatal(err)
@@ -158,8 +160,8 @@ func BenchmarkAddLeaseTakeColdKeys(b *testing.B) {
 	}
 }
 
-// TestAddLeaseTakesDecidesInOrder: a batch decides its requests as one
-// AddLeaseTake after another would: a key asked twice in one batch is
+// TestAddLeaseTakesDecidesInOrder: a batch decides its requests as
+// batches of one, one after another, would: a key asked twice in one batch is
 // cold the first time and goes to its shard the second (which makes its
 // entry), and a key whose slot counts an entry goes to its shard.
 func TestAddLeaseTakesDecidesInOrder(t *testing.T) {
