@@ -97,11 +97,11 @@ func (f *coldFilter) remember(slot *atomic.Uint64, hash uint64, cost float64, no
 func (f *coldFilter) made(hash uint64)   { f.slots[slotOf(hash)].entries.Add(1) }
 func (f *coldFilter) forgot(hash uint64) { f.slots[slotOf(hash)].entries.Add(-1) }
 
-// BatchClock is the group's clock read at most once for a batch of
-// lease takes (AddLeaseTakes), and only if one of them needs it: the cold filter
-// counts in milliseconds, and a clock reading cost a cold key's call as
-// much as the filter itself. Its zero value is unread; Reset it between
-// batches. Owned by one Caller's user.
+// BatchClock is the group's clock read at most once for a batch of lease
+// takes (AddLeaseTakes), and only if one of them needs it: the cold
+// filter counts in milliseconds, and a clock reading cost a cold key's
+// call as much as the filter itself. Its zero value is unread; Reset it
+// between batches. Owned by one Caller's user.
 type BatchClock struct {
 	us   int64
 	read bool
